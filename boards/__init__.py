@@ -1,0 +1,1 @@
+"""Board platforms and top levels (MAC/PHY per plane, UART host bridge, on-chip host memory)."""

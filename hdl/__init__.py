@@ -1,0 +1,1 @@
+"""Amaranth gateware of the mrcnic MRC NIC: one ``wiring.Component`` per block."""

@@ -1,0 +1,73 @@
+"""Packet streams: the one convention every block of the datapath uses.
+
+Inside the core a packet stream is an ``amaranth.lib.stream`` whose payload is
+``{data, keep, last}``: ``data`` holds ``data_width`` bytes with byte 0 (first on the wire) in bits
+[7:0], ``keep`` marks valid bytes (contiguous from byte 0; all ones except possibly on the last beat),
+``last`` marks the final beat of a packet. At top-level boundaries the same stream is exposed with
+AXI-stream names (``tdata/tkeep/tlast/tvalid/tready``) so cocotbext-axi binds to it directly.
+"""
+
+from __future__ import annotations
+
+from amaranth import Module
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["AxiStreamSignature", "PacketLayout", "PacketStream", "axis_to_stream", "stream_to_axis"]
+
+
+class PacketLayout(data.StructLayout):
+    def __init__(self, data_width: int):
+        if data_width < 1 or data_width & (data_width - 1):
+            raise ValueError(f"data_width must be a power of two number of bytes, not {data_width}")
+        self.data_width = data_width
+        super().__init__({"data": 8 * data_width, "keep": data_width, "last": 1})
+
+
+def PacketStream(data_width: int) -> stream.Signature:
+    """A packet stream of ``data_width`` bytes per beat."""
+    return stream.Signature(PacketLayout(data_width))
+
+
+class AxiStreamSignature(wiring.Signature):
+    """AXI4-Stream (source side) with byte-granular ``tkeep`` and ``tlast``."""
+
+    def __init__(self, data_width: int):
+        self.data_width = data_width
+        super().__init__(
+            {
+                "tdata": Out(8 * data_width),
+                "tkeep": Out(data_width),
+                "tlast": Out(1),
+                "tvalid": Out(1),
+                "tready": In(1),
+            }
+        )
+
+    def __eq__(self, other):
+        return isinstance(other, AxiStreamSignature) and other.data_width == self.data_width
+
+    def __repr__(self):
+        return f"AxiStreamSignature({self.data_width})"
+
+
+def axis_to_stream(m: Module, axis, packets) -> None:
+    """Drive the packet stream ``packets`` (sink side of the block) from AXI-stream port ``axis``."""
+    m.d.comb += [
+        packets.payload.data.eq(axis.tdata),
+        packets.payload.keep.eq(axis.tkeep),
+        packets.payload.last.eq(axis.tlast),
+        packets.valid.eq(axis.tvalid),
+        axis.tready.eq(packets.ready),
+    ]
+
+
+def stream_to_axis(m: Module, packets, axis) -> None:
+    """Drive AXI-stream port ``axis`` from the packet stream ``packets``."""
+    m.d.comb += [
+        axis.tdata.eq(packets.payload.data),
+        axis.tkeep.eq(packets.payload.keep),
+        axis.tlast.eq(packets.payload.last),
+        axis.tvalid.eq(packets.valid),
+        packets.ready.eq(axis.tready),
+    ]
