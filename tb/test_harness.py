@@ -15,7 +15,8 @@ from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
 from mrcnic.hdl.stream import AxiStreamSignature
-from support.cocotb_runner import run_cocotb, dut_params
+
+from support.cocotb_runner import dut_params, run_cocotb
 
 
 class AxiStreamFifo(wiring.Component):

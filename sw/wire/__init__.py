@@ -46,7 +46,7 @@ from .headers import (
     mac,
 )
 from .icrc import ICRC_RESIDUE, compute_icrc
-from .usid import Role, RouteTemplate, ev_fields, make_ev, next_csid_shift, port_address, usid
+from .usid import Role, RouteTemplate, ev_fields, make_ev, next_csid_shift, port_address, usid, usid_fields
 
 __all__ = [
     "ENDPOINT_QPN",
@@ -97,4 +97,5 @@ __all__ = [
     "next_csid_shift",
     "port_address",
     "usid",
+    "usid_fields",
 ]

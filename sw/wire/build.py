@@ -34,7 +34,15 @@ class Addressing:
 
 
 def _frame(
-    addr: Addressing, *, ev: int, opcode: Opcode, dest_qp: int, psn: int, ext: list[Header], dscp: int, ecn: int
+    addr: Addressing,
+    *,
+    ev: int,
+    opcode: Opcode,
+    dest_qp: int,
+    psn: int,
+    ext: list[Header],
+    dscp: int,
+    ecn: int,
 ) -> Frame:
     ip = Ipv6(dscp=dscp, ecn=ecn, src=addr.src_gid, dst=addr.dst_gid, hop_limit=addr.hop_limit)
     outer = None

@@ -84,23 +84,52 @@ def example_frames(srv6: bool = True) -> list[tuple[str, Frame]]:
         (
             "write_retransmit",
             data_frame(
-                fwd, ev=ev ^ 1, opcode=Opcode.WRITE_MIDDLE, psn=101, msn=8, rqmsn=2, va=0x1000_0800,
-                payload=payload, rtx=True, **common,
+                fwd,
+                ev=ev ^ 1,
+                opcode=Opcode.WRITE_MIDDLE,
+                psn=101,
+                msn=8,
+                rqmsn=2,
+                va=0x1000_0800,
+                payload=payload,
+                rtx=True,
+                **common,
             ),
         )
     )
     frames.append(
-        ("ack", control_frame(rev, ev=ev, opcode=Opcode.ACK, dest_qp=qp_a, psn=104,
-                              headers=[Aeth(syndrome=AethSyndrome.ACK, msn=12)]))
+        (
+            "ack",
+            control_frame(
+                rev,
+                ev=ev,
+                opcode=Opcode.ACK,
+                dest_qp=qp_a,
+                psn=104,
+                headers=[Aeth(syndrome=AethSyndrome.ACK, msn=12)],
+            ),
+        )
     )
     frames.append(
         (
             "sack",
             control_frame(
-                rev, ev=ev, opcode=Opcode.SACK, dest_qp=qp_a, psn=0,
+                rev,
+                ev=ev,
+                opcode=Opcode.SACK,
+                dest_qp=qp_a,
+                psn=0,
                 headers=[
-                    Seth(m=SackVerdict.SKIP_ONCE, ack_psn_offset=5, entropy=ev, spdcid=qp_b, dpdcid=qp_a,
-                         cack_psn=99, sack_offset=-3, sack_bitmap=0b1011_0111),
+                    Seth(
+                        m=SackVerdict.SKIP_ONCE,
+                        ack_psn_offset=5,
+                        entropy=ev,
+                        spdcid=qp_b,
+                        dpdcid=qp_a,
+                        cack_psn=99,
+                        sack_offset=-3,
+                        sack_bitmap=0b1011_0111,
+                    ),
                     CcState(tx_timestamp=0x3F21, ooo_count=2, rcvd_bytes=33),
                 ],
             ),
@@ -110,9 +139,20 @@ def example_frames(srv6: bool = True) -> list[tuple[str, Frame]]:
         (
             "nack",
             control_frame(
-                rev, ev=ev, opcode=Opcode.NACK, dest_qp=qp_a,
-                headers=[Neth(nack_reason=NackReason.TRIMMED, entropy=ev, spdcid=qp_b, dpdcid=qp_a,
-                              nack_psn=101, tx_timestamp=0x3F21)],
+                rev,
+                ev=ev,
+                opcode=Opcode.NACK,
+                dest_qp=qp_a,
+                headers=[
+                    Neth(
+                        nack_reason=NackReason.TRIMMED,
+                        entropy=ev,
+                        spdcid=qp_b,
+                        dpdcid=qp_a,
+                        nack_psn=101,
+                        tx_timestamp=0x3F21,
+                    )
+                ],
             ),
         )
     )
@@ -120,7 +160,11 @@ def example_frames(srv6: bool = True) -> list[tuple[str, Frame]]:
         (
             "probe",
             control_frame(
-                fwd, ev=ev, opcode=Opcode.PROBE, dest_qp=qp_b, dscp=Dscp.TRIMMABLE,
+                fwd,
+                ev=ev,
+                opcode=Opcode.PROBE,
+                dest_qp=qp_b,
+                dscp=Dscp.TRIMMABLE,
                 headers=[Peth(probe_id=0x0042, spdcid=qp_a, dpdcid=qp_b, tx_timestamp=0x3F30)],
             ),
         )
@@ -129,7 +173,10 @@ def example_frames(srv6: bool = True) -> list[tuple[str, Frame]]:
         (
             "probe_reply",
             control_frame(
-                rev, ev=ev, opcode=Opcode.SACK, dest_qp=qp_a,
+                rev,
+                ev=ev,
+                opcode=Opcode.SACK,
+                dest_qp=qp_a,
                 headers=[
                     Seth(pr=1, ack_psn_offset=0x0042, entropy=ev, spdcid=qp_b, dpdcid=qp_a, cack_psn=104),
                     CcState(tx_timestamp=0x3F30, rcvd_bytes=34),
@@ -141,8 +188,14 @@ def example_frames(srv6: bool = True) -> list[tuple[str, Frame]]:
         (
             "port_status_update",
             control_frame(
-                fwd, ev=ev, opcode=Opcode.ENDPOINT_REQUEST, dest_qp=ENDPOINT_QPN, psn=0x0007,
-                headers=[Erth(op=EndpointOp.PORT_STATUS_UPDATE, port_status_mask=0b1101, tx_timestamp=0x3F40)],
+                fwd,
+                ev=ev,
+                opcode=Opcode.ENDPOINT_REQUEST,
+                dest_qp=ENDPOINT_QPN,
+                psn=0x0007,
+                headers=[
+                    Erth(op=EndpointOp.PORT_STATUS_UPDATE, port_status_mask=0b1101, tx_timestamp=0x3F40)
+                ],
             ),
         )
     )
@@ -150,7 +203,11 @@ def example_frames(srv6: bool = True) -> list[tuple[str, Frame]]:
         (
             "ev_probe",
             control_frame(
-                fwd, ev=ev, opcode=Opcode.ENDPOINT_REQUEST, dest_qp=ENDPOINT_QPN, psn=0x0008,
+                fwd,
+                ev=ev,
+                opcode=Opcode.ENDPOINT_REQUEST,
+                dest_qp=ENDPOINT_QPN,
+                psn=0x0008,
                 headers=[Erth(op=EndpointOp.EV_PROBE, port_status_mask=0b1111, tx_timestamp=0x3F41)],
             ),
         )
@@ -159,9 +216,16 @@ def example_frames(srv6: bool = True) -> list[tuple[str, Frame]]:
         (
             "ev_probe_response",
             control_frame(
-                rev, ev=ev, opcode=Opcode.ENDPOINT_RESPONSE, dest_qp=ENDPOINT_QPN, psn=0x0008,
-                headers=[Eeth(op=EndpointOp.EV_PROBE, port_status_mask=0b1111, service_time=312,
-                              tx_timestamp=0x3F41)],
+                rev,
+                ev=ev,
+                opcode=Opcode.ENDPOINT_RESPONSE,
+                dest_qp=ENDPOINT_QPN,
+                psn=0x0008,
+                headers=[
+                    Eeth(
+                        op=EndpointOp.EV_PROBE, port_status_mask=0b1111, service_time=312, tx_timestamp=0x3F41
+                    )
+                ],
             ),
         )
     )

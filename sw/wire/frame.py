@@ -228,7 +228,9 @@ def decode(
     if first.next_header in (IPPROTO_IPV6, IPPROTO_ROUTING):
         outer = first
         if not trimmed and first.payload_length != len(data) - pos:
-            raise WireError("bad_length", f"outer payload length {first.payload_length}, {len(data) - pos} present")
+            raise WireError(
+                "bad_length", f"outer payload length {first.payload_length}, {len(data) - pos} present"
+            )
         if first.next_header == IPPROTO_ROUTING:
             srh = Srh.unpack(data, pos)
             if srh.routing_type != 4:
@@ -266,7 +268,15 @@ def decode(
         ext.append(kind.unpack(data, pos))
         pos += kind.SIZE
     frame = Frame(
-        eth=eth, ip=ip, udp=udp, bth=bth, ext=ext, outer=outer, srh=srh, srh_segments=segments, trimmed=trimmed
+        eth=eth,
+        ip=ip,
+        udp=udp,
+        bth=bth,
+        ext=ext,
+        outer=outer,
+        srh=srh,
+        srh_segments=segments,
+        trimmed=trimmed,
     )
     if trimmed:
         return frame
@@ -277,5 +287,7 @@ def decode(
     if not Opcode(bth.opcode).is_write and frame.payload:
         raise WireError("bad_length", f"{len(frame.payload)} unexpected bytes after a control header")
     if check_icrc and not frame.icrc_ok():
-        raise WireError("bad_icrc", f"ICRC {frame.icrc:#010x}, expected {compute_icrc(frame.covered_bytes()):#010x}")
+        raise WireError(
+            "bad_icrc", f"ICRC {frame.icrc:#010x}, expected {compute_icrc(frame.covered_bytes()):#010x}"
+        )
     return frame

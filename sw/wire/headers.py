@@ -135,7 +135,9 @@ class Header:
     def unpack(cls, data: bytes, offset: int = 0):
         chunk = bytes(data[offset : offset + cls.SIZE])
         if len(chunk) < cls.SIZE:
-            raise WireError("truncated", f"{cls.NAME or cls.__name__} needs {cls.SIZE} bytes, {len(chunk)} left")
+            raise WireError(
+                "truncated", f"{cls.NAME or cls.__name__} needs {cls.SIZE} bytes, {len(chunk)} left"
+            )
         value = int.from_bytes(chunk, "big")
         header = cls.__new__(cls)
         shift = cls.SIZE * 8
@@ -241,7 +243,9 @@ class Meth(Header):
 
     NAME = "METH"
     FIELDS = (
-        Field("rqmsn", 16, doc="receive-queue MSN: counts WRITE-with-immediate messages, same in all packets"),
+        Field(
+            "rqmsn", 16, doc="receive-queue MSN: counts WRITE-with-immediate messages, same in all packets"
+        ),
         Field("msn", 16, doc="requester MSN: counts all messages of the QP, same in all packets"),
     )
 
@@ -399,7 +403,9 @@ class Eeth(Header):
         Field("resv2", 2),
         Field("resv16", 16),
         Field("port_status_mask", 32, doc="the responder's own port mask (this NIC's choice)"),
-        Field("service_time", 32, doc="ns between request arrival and response departure (this NIC's choice)"),
+        Field(
+            "service_time", 32, doc="ns between request arrival and response departure (this NIC's choice)"
+        ),
         Field("resv128", 128),
         Field("tx_timestamp", 16, doc="the request's timestamp, echoed"),
         Field("tsr", 1),

@@ -116,7 +116,12 @@ class RouteTemplate:
             return cls(locator, [usid(0, Role.T0, src_t0), usid(0, Role.HOST, dst_host)])
         return cls(
             locator,
-            [usid(0, Role.T0, src_t0), usid(0, Role.T1, 0), usid(0, Role.T0, dst_t0), usid(0, Role.HOST, dst_host)],
+            [
+                usid(0, Role.T0, src_t0),
+                usid(0, Role.T1, 0),
+                usid(0, Role.T0, dst_t0),
+                usid(0, Role.HOST, dst_host),
+            ],
             t1_slot=1,
         )
 

@@ -1,0 +1,44 @@
+"""Write the Verilog of the top-level designs: ``python -m mrcnic.hdl.generate OUTDIR`` (`make verilog`).
+
+Each entry of :data:`TOP_LEVELS` is a design a user may want to drop into another flow; the list grows
+as blocks land (TX and RX pipelines, the NIC core).
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+from amaranth.back import verilog
+
+__all__ = ["TOP_LEVELS", "main"]
+
+
+def _icrc(data_width):
+    from .icrc import IcrcEngine
+
+    return lambda: IcrcEngine(data_width)
+
+
+TOP_LEVELS = {
+    "icrc_engine_dw8": _icrc(8),
+    "icrc_engine_dw32": _icrc(32),
+}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("outdir", type=Path, nargs="?", default=Path("build/verilog"))
+    parser.add_argument(
+        "--only", nargs="*", choices=sorted(TOP_LEVELS), help="designs to write (default all)"
+    )
+    args = parser.parse_args(argv)
+    args.outdir.mkdir(parents=True, exist_ok=True)
+    for name in args.only or sorted(TOP_LEVELS):
+        path = args.outdir / f"{name}.v"
+        path.write_text(verilog.convert(TOP_LEVELS[name](), name=name, emit_src=False))
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

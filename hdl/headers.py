@@ -1,0 +1,306 @@
+"""Gateware layouts of every MRC header, and the one adapter between wire order and struct order.
+
+Ref: docs/protocol.md §4 (field tables); the Python codec is :mod:`mrcnic.wire.headers`. Tests check
+that bytes built by the codec decode field by field through these layouts in gateware, and back.
+
+Each ``Struct`` lists its fields **in wire order** (first field = first on the wire), exactly as the
+protocol document draws them. Amaranth places the first field of a struct at bit 0, while a network
+header puts its first field in the most significant bits of byte 0; :func:`from_wire` and
+:func:`to_wire` convert between the two with wiring only (no logic): byte ``i`` of a header is bits
+``[8i+7 : 8i]`` of the wire vector, the lane order of our packet streams.
+
+(No ``from __future__ import annotations`` here: ``data.Struct`` reads its annotations as shapes.)
+"""
+
+from amaranth import Cat, Value
+from amaranth.hdl import ShapeCastable
+from amaranth.lib import data
+
+__all__ = [
+    "HEADER_LAYOUTS",
+    "Aeth",
+    "Bth",
+    "CcState",
+    "Eeth",
+    "Erth",
+    "Ethernet",
+    "ImmDt",
+    "Ipv6",
+    "Meth",
+    "Neth",
+    "Peth",
+    "Reth",
+    "Seth",
+    "Srh",
+    "Tseth",
+    "Udp",
+    "from_wire",
+    "to_wire",
+    "wire_bytes",
+]
+
+
+class Ethernet(data.Struct):
+    """Ethernet II (IEEE 802.3 §3.1.1), 14 bytes."""
+
+    dst: 48
+    src: 48
+    ethertype: 16
+
+
+class Ipv6(data.Struct):
+    """IPv6 fixed header (RFC 8200 §3), 40 bytes."""
+
+    version: 4
+    dscp: 6
+    ecn: 2
+    flow_label: 20
+    payload_length: 16
+    next_header: 8
+    hop_limit: 8
+    src: 128
+    dst: 128
+
+
+class Srh(data.Struct):
+    """Segment Routing Header fixed part (RFC 8754 §2), 8 bytes; skipped on receive."""
+
+    next_header: 8
+    hdr_ext_len: 8
+    routing_type: 8
+    segments_left: 8
+    last_entry: 8
+    flags: 8
+    tag: 16
+
+
+class Udp(data.Struct):
+    """UDP (RFC 768), 8 bytes; sport = EV[15:0]."""
+
+    sport: 16
+    dport: 16
+    length: 16
+    checksum: 16
+
+
+class Bth(data.Struct):
+    """Base Transport Header (IBTA Vol. 1 §9.2) with MRC's byte-8 flags, 12 bytes."""
+
+    opcode: 8
+    se: 1
+    m: 1
+    pad_count: 2
+    tver: 4
+    pkey: 16
+    resv8: 8
+    dest_qp: 24
+    ack_req: 1
+    resv1: 1
+    rtx: 1
+    ts: 1
+    resv4: 4
+    psn: 24
+
+
+class Meth(data.Struct):
+    """MRC Message Extended Transport Header, 4 bytes."""
+
+    rqmsn: 16
+    msn: 16
+
+
+class Tseth(data.Struct):
+    """Requester Timestamp Extended Header (present iff BTH.TS), 4 bytes."""
+
+    tx_timestamp: 16
+    tsr: 1
+    resv7: 7
+    resv4: 4
+    ftype: 4
+
+
+class Reth(data.Struct):
+    """RDMA Extended Transport Header (IBTA §9.3.3), 16 bytes; in every WRITE packet."""
+
+    va: 64
+    rkey: 32
+    dma_length: 32
+
+
+class ImmDt(data.Struct):
+    """Immediate data of WRITE_LAST_IMM / WRITE_ONLY_IMM, 4 bytes."""
+
+    imm: 32
+
+
+class Aeth(data.Struct):
+    """ACK Extended Transport Header (IBTA §9.3.5), 4 bytes."""
+
+    syndrome: 8
+    msn: 24
+
+
+class Seth(data.Struct):
+    """Reliability SACK Extended Transport Header, 28 bytes (a CC_STATE follows)."""
+
+    resv0: 8
+    resv1: 1
+    m: 2
+    resv3: 3
+    pr: 1
+    resv1b: 1
+    ack_psn_offset: data.signed(16)
+    entropy: 32
+    spdcid: 16
+    dpdcid: 16
+    resv8: 8
+    cack_psn: 24
+    cc_type: 4
+    cc_flags: 4
+    mpr: 8
+    sack_offset: data.signed(16)
+    sack_bitmap: 64
+
+
+class CcState(data.Struct):
+    """Congestion-control state after the SETH, 8 bytes."""
+
+    tx_timestamp: 16
+    resv1: 1
+    ooo_count: 15
+    restore_cwnd: 1
+    rcv_cwnd_pen: 7
+    rcvd_bytes: 24
+
+
+class Neth(data.Struct):
+    """Reliability NACK Extended Transport Header, 20 bytes."""
+
+    resv16: 16
+    nack_reason: 8
+    vendor_info: 8
+    entropy: 32
+    spdcid: 16
+    dpdcid: 16
+    resv8: 8
+    nack_psn: 24
+    cc_type: 4
+    cc_flags: 4
+    resv8b: 8
+    tx_timestamp: 16
+
+
+class Peth(data.Struct):
+    """Reliability Probe Extended Transport Header, 16 bytes."""
+
+    resv24: 24
+    vendor_info: 8
+    probe_id: 16
+    resv16: 16
+    spdcid: 16
+    dpdcid: 16
+    tx_timestamp: 16
+    tsr: 1
+    resv11: 11
+    ftype: 4
+
+
+class Erth(data.Struct):
+    """Endpoint Request Transport Header, 16 bytes."""
+
+    resv8: 8
+    resv6: 6
+    op: 2
+    resv8b: 8
+    vendor_info: 8
+    port_status_mask: 32
+    resv32: 32
+    tx_timestamp: 16
+    tsr: 1
+    resv11: 11
+    ftype: 4
+
+
+class Eeth(data.Struct):
+    """Endpoint Response Extended Transport Header, 36 bytes."""
+
+    resv8: 8
+    resv4: 4
+    op: 2
+    resv2: 2
+    resv16: 16
+    port_status_mask: 32
+    service_time: 32
+    resv128: 128
+    tx_timestamp: 16
+    tsr: 1
+    resv11: 11
+    ftype: 4
+    resv32: 32
+
+
+HEADER_LAYOUTS: dict[str, type[data.Struct]] = {
+    "Ethernet": Ethernet,
+    "IPv6": Ipv6,
+    "SRH": Srh,
+    "UDP": Udp,
+    "BTH": Bth,
+    "METH": Meth,
+    "TSETH": Tseth,
+    "RETH": Reth,
+    "ImmDt": ImmDt,
+    "AETH": Aeth,
+    "SETH": Seth,
+    "CC_STATE": CcState,
+    "NETH": Neth,
+    "PETH": Peth,
+    "ERTH": Erth,
+    "EETH": Eeth,
+}
+
+
+def wire_bytes(layout: ShapeCastable) -> int:
+    """Size of a header layout in bytes."""
+    size = data.Layout.cast(layout).size
+    if size % 8:
+        raise ValueError(f"{layout!r} is {size} bits, not whole bytes")
+    return size // 8
+
+
+def _wire_fields(layout: data.Layout):
+    """(field, offset of its first bit from the header's most significant bit), in wire order."""
+    for _, field in sorted(layout, key=lambda item: item[1].offset):
+        if isinstance(field.shape, data.Layout) or (
+            isinstance(field.shape, type) and issubclass(field.shape, data.View)
+        ):
+            raise TypeError("header layouts are flat: nested structs have no defined wire order here")
+        # Struct order equals wire order, so the struct offset is also the offset from the MSB.
+        yield field, field.offset
+
+
+def _byte_swap(value: Value, nbytes: int) -> Value:
+    return Cat(*(value[8 * i : 8 * i + 8] for i in reversed(range(nbytes))))
+
+
+def from_wire(layout: ShapeCastable, wire: Value) -> data.View:
+    """View of a header whose bytes are ``wire`` (byte 0, first on the wire, in bits [7:0])."""
+    layout = data.Layout.cast(layout)
+    nbytes = wire_bytes(layout)
+    # As one network-order integer, the first field sits in the most significant bits.
+    big_endian = _byte_swap(Value.cast(wire)[: 8 * nbytes], nbytes)
+    total = layout.size
+    bits = [
+        big_endian[total - offset - field.width : total - offset] for field, offset in _wire_fields(layout)
+    ]
+    return data.View(layout, Cat(*bits))
+
+
+def to_wire(view: data.View) -> Value:
+    """Wire bytes of a header view (byte 0 in bits [7:0]): the inverse of :func:`from_wire`."""
+    layout = data.Layout.cast(view.shape())
+    nbytes = wire_bytes(layout)
+    raw = Value.cast(view)
+    # Network-order integer: fields from the least significant end are the last ones on the wire.
+    fields = list(_wire_fields(layout))
+    big_endian = Cat(*(raw[field.offset : field.offset + field.width] for field, _ in reversed(fields)))
+    return _byte_swap(big_endian, nbytes)
