@@ -3,6 +3,7 @@
 import importlib
 import importlib.util
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -58,3 +59,38 @@ def test_protocol_document_field_tables_are_current(tmp_path):
     assert not update_document(copy), (
         "docs/protocol.md is stale: run python -m mrcnic.wire.doc --write docs/protocol.md"
     )
+
+
+def test_plain_wheel_install_imports_every_package(tmp_path):
+    # A non-editable install: build the wheel offline from a copy of the sources (setuptools writes
+    # build/ and *.egg-info next to them), unpack it into a folder, import from there only.
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "sw", "hdl", "boards"):
+        copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy
+        copy(ROOT / name, source / name)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+        + ["-w", tmp_path, source],
+        check=True,
+        capture_output=True,
+        cwd=tmp_path,
+    )
+    (wheel,) = tmp_path.glob("mrcnic-*.whl")
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", target, wheel],
+        check=True,
+        capture_output=True,
+    )
+    top_level = {p.name for p in target.iterdir() if not p.name.endswith((".dist-info", ".data"))} - {"bin"}
+    assert top_level == {"mrcnic"}
+    probe = (
+        f"import sys; sys.path.insert(0, {str(target)!r}); "
+        "import mrcnic, mrcnic.hdl, mrcnic.boards, mrcnic.wire, mrcnic.model, mrcnic.fabric; "
+        "print(mrcnic.__file__)"
+    )
+    # -S: no site-packages, so the editable install of the checkout cannot answer the import.
+    out = subprocess.run([sys.executable, "-S", "-c", probe], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().startswith(str(target))
