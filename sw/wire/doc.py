@@ -1,7 +1,8 @@
-"""Field tables of docs/protocol.md, generated from the codec's header definitions.
+"""Generated parts of docs/protocol.md: the field tables and the ICRC worked example.
 
-``python -m mrcnic.wire.doc`` prints them; ``python -m mrcnic.wire.doc --write docs/protocol.md``
-replaces the generated block in the document. A test fails when the document is stale.
+Both come from the codec itself (header definitions, example frames), so the document cannot drift from
+the code. ``python -m mrcnic.wire.doc`` prints them; ``python -m mrcnic.wire.doc --write
+docs/protocol.md`` replaces the generated blocks in the document. A test fails when it is stale.
 """
 
 from __future__ import annotations
@@ -11,11 +12,9 @@ import sys
 from pathlib import Path
 
 from .headers import HEADER_TYPES, Header
+from .icrc import ICRC_PREFIX, compute_icrc, mask_variant_fields
 
-__all__ = ["BEGIN", "END", "render_field_tables", "update_document"]
-
-BEGIN = "<!-- BEGIN GENERATED FIELD TABLES (python -m mrcnic.wire.doc --write docs/protocol.md) -->"
-END = "<!-- END GENERATED FIELD TABLES -->"
+__all__ = ["BLOCKS", "render_field_tables", "render_icrc_example", "update_document"]
 
 
 def _bits(start: int, width: int) -> str:
@@ -47,7 +46,7 @@ def render_header(kind: type[Header]) -> str:
         if f.signed:
             meaning = "signed, two's complement. " + meaning
         if f.default and not f.reserved:
-            meaning += f" (default {f.default:#x})"
+            meaning = f"{meaning} (default {f.default:#x})".strip()
         lines.append(f"| {_bits(bit, f.bits)} | {f.bits} | `{f.name}` | {meaning} |")
     return "\n".join(lines)
 
@@ -60,16 +59,70 @@ def render_field_tables() -> str:
     return "\n\n".join([intro] + [render_header(k) for k in HEADER_TYPES]) + "\n"
 
 
+def _hexdump(data: bytes) -> list[str]:
+    return [f"{i:04x}  " + " ".join(f"{b:02x}" for b in data[i : i + 16]) for i in range(0, len(data), 16)]
+
+
+def render_icrc_example() -> str:
+    from .examples import example_frames
+
+    frame = dict(example_frames(srv6=False))["write_only"]
+    raw = frame.encode()
+    covered = raw[14:-4]
+    value = compute_icrc(covered)
+    srv6 = dict(example_frames(srv6=True))["write_only"].encode()
+    sizes = " + ".join(f"{h.NAME} {h.SIZE}" for h in [frame.ip, frame.udp, frame.bth, *frame.ext])
+    lines = [
+        "**Worked example** (generated): the single-mode `write_only` frame of "
+        "`mrcnic.wire.examples.example_frames(srv6=False)`:",
+        "",
+        f"- Frame: {len(raw)} bytes without FCS: {frame.summary()}.",
+        f"- Covered bytes: {len(covered)} ({sizes} + payload {len(frame.payload)}); the CRC input is "
+        f"{len(ICRC_PREFIX) + len(covered)} bytes with the 0xFF prefix.",
+        f"- ICRC = **0x{value:08X}**, on the wire `{value.to_bytes(4, 'little').hex(' ').upper()}` at frame "
+        f"offsets {len(raw) - 4}-{len(raw) - 1}.",
+        f"- The SRv6 version of the same frame ({len(srv6)} bytes) carries the same ICRC "
+        f"(`{srv6[-4:].hex(' ').upper()}`): the outer header is not covered.",
+        "",
+        "The frame (ICRC last):",
+        "",
+        "```",
+        *_hexdump(raw),
+        "```",
+        "",
+        "The CRC input after masking (prefix, then the covered bytes with the variant fields set to ones):",
+        "",
+        "```",
+        *_hexdump(ICRC_PREFIX + mask_variant_fields(covered)),
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+BLOCKS = {
+    "FIELD TABLES": render_field_tables,
+    "ICRC EXAMPLE": render_icrc_example,
+}
+
+
+def _markers(name: str) -> tuple[str, str]:
+    suffix = " (python -m mrcnic.wire.doc --write docs/protocol.md)" if name == "FIELD TABLES" else ""
+    return f"<!-- BEGIN GENERATED {name}{suffix} -->", f"<!-- END GENERATED {name} -->"
+
+
 def update_document(path: Path) -> bool:
-    """Rewrite the generated block of ``path``; returns True when it changed."""
-    text = path.read_text()
-    head, sep, rest = text.partition(BEGIN)
-    if not sep or END not in rest:
-        raise SystemExit(f"{path}: markers for the generated field tables are missing")
-    _, _, tail = rest.partition(END)
-    new = f"{head}{BEGIN}\n{render_field_tables()}{END}{tail}"
-    if new != text:
-        path.write_text(new)
+    """Rewrite the generated blocks of ``path``; returns True when anything changed."""
+    text = original = path.read_text()
+    for name, render in BLOCKS.items():
+        begin, end = _markers(name)
+        head, sep, rest = text.partition(begin)
+        if not sep or end not in rest:
+            raise SystemExit(f"{path}: markers of the generated block {name!r} are missing")
+        _, _, tail = rest.partition(end)
+        text = f"{head}{begin}\n{render()}{end}{tail}"
+    if text != original:
+        path.write_text(text)
         return True
     return False
 
@@ -82,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         changed = update_document(args.write)
         print(f"{args.write}: {'updated' if changed else 'up to date'}")
     else:
-        sys.stdout.write(render_field_tables())
+        for render in BLOCKS.values():
+            sys.stdout.write(render() + "\n")
     return 0
 
 

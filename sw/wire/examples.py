@@ -11,6 +11,7 @@ from .constants import (
     ENDPOINT_QPN,
     AethSyndrome,
     Dscp,
+    Ecn,
     EndpointOp,
     NackReason,
     Opcode,
@@ -51,52 +52,53 @@ def example_frames(srv6: bool = True) -> list[tuple[str, Frame]]:
     fwd = example_addressing(srv6, ev=ev)
     rev = example_addressing(srv6, reverse=True, ev=ev)
     qp_a, qp_b = 0x11, 0x22
-    payload = bytes(range(100))
-    common = dict(dest_qp=qp_b, rkey=0xA5A50001, dma_length=4 * 1024 + 300, timestamp=0x3F21)
+    pmtu = 256
+    common = dict(dest_qp=qp_b, rkey=0xA5A50001, timestamp=0x3F21)
     frames: list[tuple[str, Frame]] = []
+    # Message 7: 612 bytes in three packets; message 8: 356 bytes with immediate (its last packet
+    # shown); messages 9 and 10: one packet each. PMTU 256.
+    # (name, opcode, psn, msn, rqmsn, message VA, message length, packet index in message, extra)
     writes = [
-        ("write_first", Opcode.WRITE_FIRST, 100, {}),
-        ("write_middle", Opcode.WRITE_MIDDLE, 101, {}),
-        ("write_last", Opcode.WRITE_LAST, 102, {}),
-        ("write_last_imm", Opcode.WRITE_LAST_IMM, 102, {"imm": 0xC0FFEE01}),
-        ("write_only", Opcode.WRITE_ONLY, 103, {}),
-        ("write_only_imm", Opcode.WRITE_ONLY_IMM, 104, {"imm": 0xC0FFEE02}),
+        ("write_first", Opcode.WRITE_FIRST, 100, 7, 1, 0x1000_0000, 612, 0, {}),
+        ("write_middle", Opcode.WRITE_MIDDLE, 101, 7, 1, 0x1000_0000, 612, 1, {}),
+        ("write_last", Opcode.WRITE_LAST, 102, 7, 1, 0x1000_0000, 612, 2, {}),
+        ("write_last_imm", Opcode.WRITE_LAST_IMM, 104, 8, 2, 0x1000_1000, 356, 1, {"imm": 0xC0FFEE01}),
+        ("write_only", Opcode.WRITE_ONLY, 105, 9, 2, 0x1000_2000, 100, 0, {}),
+        ("write_only_imm", Opcode.WRITE_ONLY_IMM, 106, 10, 3, 0x1000_3000, 100, 0, {"imm": 0xC0FFEE02}),
     ]
-    for k, (name, op, psn, extra) in enumerate(writes):
-        frames.append(
-            (
-                name,
-                data_frame(
-                    fwd,
-                    ev=ev,
-                    opcode=op,
-                    psn=psn,
-                    msn=7 + k,
-                    rqmsn=2,
-                    va=0x1000_0000 + 2048 * k,
-                    payload=payload,
-                    **common,
-                    **extra,
-                ),
-            )
+    for name, op, psn, msn, rqmsn, base, length, k, extra in writes:
+        size = min(pmtu, length - k * pmtu)
+        payload = bytes((k * pmtu + i) & 0xFF for i in range(size))
+        frame = data_frame(
+            fwd,
+            ev=ev,
+            opcode=op,
+            psn=psn,
+            msn=msn,
+            rqmsn=rqmsn,
+            va=base + k * pmtu,
+            dma_length=length,
+            payload=payload,
+            **common,
+            **extra,
         )
-    frames.append(
-        (
-            "write_retransmit",
-            data_frame(
-                fwd,
-                ev=ev ^ 1,
-                opcode=Opcode.WRITE_MIDDLE,
-                psn=101,
-                msn=8,
-                rqmsn=2,
-                va=0x1000_0800,
-                payload=payload,
-                rtx=True,
-                **common,
-            ),
-        )
+        frames.append((name, frame))
+    # The middle packet again, retransmitted on another path (another T1 of the same plane).
+    retx_ev = make_ev(plane=1, uplink=5, salt=0x0777)
+    retransmit = data_frame(
+        example_addressing(srv6, ev=retx_ev),
+        ev=retx_ev,
+        opcode=Opcode.WRITE_MIDDLE,
+        psn=101,
+        msn=7,
+        rqmsn=1,
+        va=0x1000_0000 + pmtu,
+        dma_length=612,
+        payload=frames[1][1].payload,
+        rtx=True,
+        **common,
     )
+    frames.append(("write_retransmit", retransmit))
     frames.append(
         (
             "ack",
@@ -105,8 +107,8 @@ def example_frames(srv6: bool = True) -> list[tuple[str, Frame]]:
                 ev=ev,
                 opcode=Opcode.ACK,
                 dest_qp=qp_a,
-                psn=104,
-                headers=[Aeth(syndrome=AethSyndrome.ACK, msn=12)],
+                psn=106,
+                headers=[Aeth(syndrome=AethSyndrome.ACK, msn=10)],
             ),
         )
     )
@@ -128,9 +130,9 @@ def example_frames(srv6: bool = True) -> list[tuple[str, Frame]]:
                         dpdcid=qp_a,
                         cack_psn=99,
                         sack_offset=-3,
-                        sack_bitmap=0b1011_0111,
+                        sack_bitmap=0b1_0110_1111,  # base 96: PSNs 96-99 (<= cack), 101, 102, 104
                     ),
-                    CcState(tx_timestamp=0x3F21, ooo_count=2, rcvd_bytes=33),
+                    CcState(tx_timestamp=0x3F21, ooo_count=3, rcvd_bytes=4),
                 ],
             ),
         )
@@ -165,6 +167,7 @@ def example_frames(srv6: bool = True) -> list[tuple[str, Frame]]:
                 opcode=Opcode.PROBE,
                 dest_qp=qp_b,
                 dscp=Dscp.TRIMMABLE,
+                ecn=Ecn.ECT0,
                 headers=[Peth(probe_id=0x0042, spdcid=qp_a, dpdcid=qp_b, tx_timestamp=0x3F30)],
             ),
         )
@@ -178,7 +181,16 @@ def example_frames(srv6: bool = True) -> list[tuple[str, Frame]]:
                 opcode=Opcode.SACK,
                 dest_qp=qp_a,
                 headers=[
-                    Seth(pr=1, ack_psn_offset=0x0042, entropy=ev, spdcid=qp_b, dpdcid=qp_a, cack_psn=104),
+                    Seth(
+                        pr=1,
+                        ack_psn_offset=0x0042,
+                        entropy=ev,
+                        spdcid=qp_b,
+                        dpdcid=qp_a,
+                        cack_psn=106,
+                        sack_offset=-2,
+                        sack_bitmap=0b111,  # base 104 = align8_down(cack + 1); <= cack set
+                    ),
                     CcState(tx_timestamp=0x3F30, rcvd_bytes=34),
                 ],
             ),

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from .constants import (
+    ENDPOINT_QPN,
     ETHERTYPE_IPV6,
     IPPROTO_IPV6,
     IPPROTO_ROUTING,
@@ -261,6 +262,16 @@ def decode(
     bth = Bth.unpack(data, pos)
     pos += Bth.SIZE
     kinds = extension_headers(bth.opcode, bool(bth.ts))
+    op = Opcode(bth.opcode)
+    if bth.tver != 0:
+        raise WireError("bad_transport_version", f"BTH TVer {bth.tver}")
+    if bth.pad_count != 0:
+        raise WireError("bad_pad_count", f"BTH pad count {bth.pad_count} (MRC payloads are never padded)")
+    endpoint_op = op in (Opcode.ENDPOINT_REQUEST, Opcode.ENDPOINT_RESPONSE)
+    if endpoint_op != (bth.dest_qp == ENDPOINT_QPN):
+        raise WireError("bad_endpoint_qp", f"{op.name} to QP {bth.dest_qp:#x}")
+    if trimmed and not (op.is_write or op == Opcode.PROBE):
+        raise WireError("bad_trimmed_opcode", f"{op.name} marked trimmed: control packets are never trimmed")
     ext: list[Header] = []
     for kind in kinds:
         if trimmed and pos + kind.SIZE > len(data):

@@ -39,6 +39,7 @@ __all__ = [
     "WireError",
     "ip6",
     "mac",
+    "probe_id_offset",
 ]
 
 
@@ -197,8 +198,8 @@ class Srh(Header):
         Field("next_header", 8, 41, doc="header after the SRH: 41 (inner IPv6)"),
         Field("hdr_ext_len", 8, doc="length in 8-byte units, not counting the first 8 bytes"),
         Field("routing_type", 8, 4, doc="4 = Segment Routing"),
-        Field("segments_left", 8),
-        Field("last_entry", 8),
+        Field("segments_left", 8, doc="segments still to visit (not used by this NIC)"),
+        Field("last_entry", 8, doc="index of the last segment"),
         Field("flags", 8),
         Field("tag", 16),
     )
@@ -287,7 +288,7 @@ class Aeth(Header):
     NAME = "AETH"
     FIELDS = (
         Field("syndrome", 8, 0x1F, doc="0x1F ACK; 0x61/0x62/0x63 NAK (invalid / remote access / remote op)"),
-        Field("msn", 24, doc="all messages with MSN <= this are complete (placed, or NAKed)"),
+        Field("msn", 24, doc="all messages with MSN <= this are complete; the 16-bit METH MSN, [23:16] = 0"),
     )
 
 
@@ -314,11 +315,26 @@ class Seth(Header):
         Field("resv8", 8),
         Field("cack_psn", 24, doc="cumulative ACK: every PSN up to and including this one was received"),
         Field("cc_type", 4, doc="0 = NSCC"),
-        Field("cc_flags", 4),
+        Field("cc_flags", 4, doc="0"),
         Field("mpr", 8, doc="dynamic max PSN range in 128-PSN units; 0 = off (v1)"),
         Field("sack_offset", 16, signed=True, doc="SACK base PSN - cack_psn (s16); the base is 8-aligned"),
         Field("sack_bitmap", 64, doc="bit i (LSB = bit 0) set: PSN base+i received"),
     )
+
+
+def _seth_probe_id(self) -> int:
+    """With PR=1 the 16 bits of ``ack_psn_offset`` carry the probe id (unsigned)."""
+    return self.ack_psn_offset & 0xFFFF
+
+
+def probe_id_offset(probe_id: int) -> int:
+    """The signed ``ack_psn_offset`` value that carries ``probe_id`` (0..65535) in a probe reply."""
+    if not 0 <= probe_id < 1 << 16:
+        raise ValueError(f"probe id {probe_id} is not 16 bits")
+    return probe_id - (1 << 16) if probe_id >= 1 << 15 else probe_id
+
+
+Seth.probe_id = property(_seth_probe_id)
 
 
 class CcState(Header):
@@ -341,15 +357,15 @@ class Neth(Header):
     NAME = "NETH"
     FIELDS = (
         Field("resv16", 16),
-        Field("nack_reason", 8, doc="§7.3"),
+        Field("nack_reason", 8, doc="NACK reason code, §7.3"),
         Field("vendor_info", 8, doc="0"),
         Field("entropy", 32, doc="EV of the NACKed packet, echoed"),
-        Field("spdcid", 16),
-        Field("dpdcid", 16),
+        Field("spdcid", 16, doc="sender's own QPN[15:0] (informational)"),
+        Field("dpdcid", 16, doc="peer QPN[15:0] (informational; BTH.dest_qp is authoritative)"),
         Field("resv8", 8),
         Field("nack_psn", 24, doc="PSN of the NACKed packet"),
-        Field("cc_type", 4),
-        Field("cc_flags", 4),
+        Field("cc_type", 4, doc="0 = NSCC"),
+        Field("cc_flags", 4, doc="0"),
         Field("resv8b", 8),
         Field("tx_timestamp", 16, doc="TSETH timestamp of the NACKed packet, echoed"),
     )
@@ -361,15 +377,15 @@ class Peth(Header):
     NAME = "PETH"
     FIELDS = (
         Field("resv24", 24),
-        Field("vendor_info", 8),
+        Field("vendor_info", 8, doc="0"),
         Field("probe_id", 16, doc="echoed in the SACK's ack_psn_offset"),
         Field("resv16", 16),
-        Field("spdcid", 16),
-        Field("dpdcid", 16),
+        Field("spdcid", 16, doc="sender's own QPN[15:0] (informational)"),
+        Field("dpdcid", 16, doc="peer QPN[15:0] (informational; BTH.dest_qp is authoritative)"),
         Field("tx_timestamp", 16, doc="send time, 128 ns units; echoed in the SACK's CC_STATE"),
-        Field("tsr", 1),
+        Field("tsr", 1, doc="timestamp resolution: 0 = 128 ns"),
         Field("resv11", 11),
-        Field("ftype", 4, 1),
+        Field("ftype", 4, 1, doc="format type 1"),
     )
 
 
@@ -382,13 +398,13 @@ class Erth(Header):
         Field("resv6", 6),
         Field("op", 2, doc="0 = Port Status Update, 1 = EV Probe"),
         Field("resv8b", 8),
-        Field("vendor_info", 8),
-        Field("port_status_mask", 32, doc="bit p-1 set: the sender's port (plane) p is up"),
+        Field("vendor_info", 8, doc="0"),
+        Field("port_status_mask", 32, doc="bit i set: the sender's plane i port is up (API port number i+1)"),
         Field("resv32", 32),
-        Field("tx_timestamp", 16),
-        Field("tsr", 1),
+        Field("tx_timestamp", 16, doc="send time in 128 ns units, modulo 2^16"),
+        Field("tsr", 1, doc="timestamp resolution: 0 = 128 ns"),
         Field("resv11", 11),
-        Field("ftype", 4, 1),
+        Field("ftype", 4, 1, doc="format type 1"),
     )
 
 
@@ -408,9 +424,9 @@ class Eeth(Header):
         ),
         Field("resv128", 128),
         Field("tx_timestamp", 16, doc="the request's timestamp, echoed"),
-        Field("tsr", 1),
+        Field("tsr", 1, doc="timestamp resolution: 0 = 128 ns"),
         Field("resv11", 11),
-        Field("ftype", 4, 1),
+        Field("ftype", 4, 1, doc="format type 1"),
         Field("resv32", 32),
     )
 

@@ -112,6 +112,15 @@ def test_malformed_frames_are_rejected_with_a_reason(srv6):
     raw = bytearray(good)
     raw[ip_at + 48] = 0x04  # RC SEND_ONLY: not an MRC opcode
     cases["unknown_opcode"] = raw
+    raw = bytearray(good)
+    raw[ip_at + 49] |= 0x01  # BTH TVer 1
+    cases["bad_transport_version"] = raw
+    raw = bytearray(good)
+    raw[ip_at + 49] |= 0x10  # BTH pad count 1
+    cases["bad_pad_count"] = raw
+    raw = bytearray(good)
+    raw[ip_at + 53 : ip_at + 56] = b"\x00\x00\x02"  # a WRITE to the endpoint-operations QP
+    cases["bad_endpoint_qp"] = raw
     for label, raw in cases.items():
         with pytest.raises(wire.WireError) as error:
             wire.decode(bytes(raw), check_icrc=True)
@@ -162,6 +171,21 @@ def test_trimmed_packet_is_headers_only():
     assert decoded.trimmed and decoded.payload == b"" and decoded.icrc is None
     assert decoded[wire.Reth].va == frame[wire.Reth].va
     assert decoded.bth.psn == frame.bth.psn
+
+
+def test_control_packets_are_never_trimmed():
+    sack = next(f for name, f in example_frames(False) if name == "sack").copy()
+    sack.ip.dscp = wire.Dscp.TRIMMED
+    with pytest.raises(wire.WireError) as error:
+        wire.decode(sack.encode())
+    assert error.value.reason == "bad_trimmed_opcode"
+
+
+def test_probe_id_rides_in_ack_psn_offset():
+    for probe_id in (0, 0x42, 0x7FFF, 0x8000, 0xFFFF):
+        seth = wire.Seth(pr=1, ack_psn_offset=wire.headers.probe_id_offset(probe_id))
+        assert wire.Seth.unpack(seth.pack()).probe_id == probe_id
+        assert seth.pack()[2:4] == probe_id.to_bytes(2, "big")
 
 
 def test_data_frame_rejects_wrong_arguments():
