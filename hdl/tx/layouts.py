@@ -1,0 +1,87 @@
+"""Records that travel between the TX blocks (work requests, packet descriptors, feedback events).
+
+Ref: docs/protocol.md §3 (opcodes, PSN/MSN/RQMSN, RETH per packet), §6 (EV slots and feedback).
+Layouts depend on the NIC's size parameters (QP count, EV slots), so they are built by functions.
+"""
+
+from amaranth.lib import data, enum
+
+__all__ = [
+    "FeedbackEvent",
+    "WriteKind",
+    "bits_for",
+    "descriptor_layout",
+    "feedback_layout",
+    "work_request_layout",
+]
+
+MAX_PMTU = 4096
+
+
+def bits_for(count: int) -> int:
+    """Bits needed to number ``count`` things (at least 1)."""
+    return max(1, (count - 1).bit_length())
+
+
+class WriteKind(enum.Enum, shape=1):
+    WRITE = 0
+    WRITE_IMM = 1
+
+
+class FeedbackEvent(enum.Enum, shape=3):
+    """What the peer's answer (or the lack of one) says about the path of one EV slot (§6.4)."""
+
+    ECN = 0  # SACK with M = SKIP_ONCE: skip + 1
+    TRIM = 1  # NACK TRIMMED: skip + 4
+    LOSS = 2  # time rule / timeout / M = ALWAYS_SKIP: ASSUMED_BAD (guarded)
+    PROBE_OK = 3  # k answered probes: GOOD, skip 0
+    DENY = 4  # host: DENIED
+    RESTORE = 5  # host: GOOD, skip 0
+
+
+def work_request_layout(qps: int) -> data.StructLayout:
+    """An RDMA WRITE / WRITE-with-immediate work request for one QP."""
+    return data.StructLayout(
+        {
+            "qp": bits_for(qps),
+            "kind": WriteKind,
+            "local_addr": 64,  # source of the payload in host memory
+            "remote_va": 64,  # destination VA of the first byte (RETH.va of the first packet)
+            "rkey": 32,
+            "length": 32,  # bytes, 1 .. 2^31
+            "imm": 32,  # immediate data (WRITE_IMM only)
+        }
+    )
+
+
+def descriptor_layout(qps: int, ev_slots: int) -> data.StructLayout:
+    """One packet to build: everything the header builder and the payload DMA need except addressing."""
+    return data.StructLayout(
+        {
+            "qp": bits_for(qps),
+            "opcode": 8,  # MRC BTH opcode (WRITE_FIRST .. WRITE_ONLY_IMM)
+            "psn": 24,
+            "msn": 16,
+            "rqmsn": 16,
+            "local_addr": 64,  # payload source of this packet
+            "va": 64,  # RETH.va of this packet = message VA + k * PMTU
+            "rkey": 32,
+            "dma_length": 32,  # message length, same in every packet
+            "length": bits_for(MAX_PMTU + 1),  # payload bytes of this packet, 1 .. PMTU
+            "imm": 32,
+            "rtx": 1,  # a retransmission: BTH.RTX, DSCP_TRIMMABLE_RETX, a different EV slot
+            "avoid_slot": bits_for(ev_slots),  # retransmission: slot of the previous attempt
+        }
+    )
+
+
+def feedback_layout(qps: int, ev_slots: int) -> data.StructLayout:
+    """Path feedback for one EV slot of one QP (§6.4, §6.5). Stale if the slot no longer holds ``ev``."""
+    return data.StructLayout(
+        {
+            "qp": bits_for(qps),
+            "slot": bits_for(ev_slots),
+            "ev": 32,
+            "event": FeedbackEvent,
+        }
+    )
