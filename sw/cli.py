@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .fabric.cli import add_sim_parser
+
 __all__ = ["main"]
 
 
@@ -58,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     show = wire_sub.add_parser("decode", help="decode a pcap of MRC frames, checking lengths and ICRC")
     show.add_argument("pcap")
     show.set_defaults(func=_wire_decode)
+    add_sim_parser(sub)  # mrcnic sim
     return parser
 
 

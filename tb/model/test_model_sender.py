@@ -1,0 +1,197 @@
+"""Sender: scoreboard release, loss inference (time rule, timeout), selective retransmission on another EV,
+NACK handling, probes restoring an EV, retry budget, window and cwnd gates."""
+
+from mrcnic.model.ev import EvState
+from mrcnic.model.params import US
+from mrcnic.wire import Dscp, NackReason, Opcode, Seth
+
+
+def deliver(pair, frames, now):
+    """Hand frames to B, return B's control frames (fed back to A at ``now``)."""
+    for f in frames:
+        pair.b.on_frame(f, f.ev >> 29, now)
+    out = [f for _, f in pair.nb.take()]
+    for f in out:
+        pair.a.on_frame(f, f.ev >> 29, now)
+    return out
+
+
+def test_release_on_cack_and_bitmap(pair):
+    pair.post()
+    f = pair.send_all(0)
+    s = pair.qa.sender
+    assert s.inflight == 16 * 4096
+    deliver(pair, [f[0], f[1], f[3]], 1 * US)
+    assert s.una == 2 and s.sb[3].acked and not s.sb[2].acked
+    assert s.inflight == 13 * 4096
+    deliver(pair, f[2:], 2 * US)
+    assert s.una == 16 and not s.sb and s.inflight == 0
+    pair.nb.advance(3 * US)
+    for _, ack in pair.nb.take():
+        pair.a.on_frame(ack, 0, 3 * US)
+    assert s.idle and len(s.completions) == 1
+    assert bytes(pair.region.buffer[: len(pair.data)]) == pair.data
+
+
+def test_time_rule_loss_and_selective_retransmit(pair):
+    pair.post(length=8 * 4096)
+    s = pair.qa.sender
+    first = pair.send(0)
+    rest = pair.send_all(10 * US)
+    assert s.p.loss_delta_ps == 8 * US
+    deliver(pair, rest, 11 * US)  # PSN 0 never arrives; PSN 1..7 sent 10 us later are SACKed
+    assert s.c["lost_pkts"] == 1 and s.c["timeouts"] == 0 and list(s.retx) == [0]
+    assert pair.qa.evs.slot_of(first.ev) is None or pair.qa.evs.slot_of(first.ev).state == EvState.ASSUMED_BAD
+    assert first.ev in pair.qa.evs.probe_list
+    rtx = pair.send(11 * US)
+    assert rtx.bth.psn == 0 and rtx.bth.rtx and rtx.network.dscp == Dscp.TRIMMABLE_RETX and rtx.ev != first.ev
+    assert s.c["retx_pkts"] == 1 and s.sb[0].txn == 1
+    deliver(pair, [rtx], 12 * US)
+    assert s.una == 8
+
+
+def test_no_loss_within_delta(pair):
+    pair.post(length=8 * 4096)
+    s = pair.qa.sender
+    pair.send(0)
+    rest = pair.send_all(5 * US)  # only 5 us later: < delta (8 us)
+    deliver(pair, rest, 6 * US)
+    assert s.c["lost_pkts"] == 0 and not s.retx
+
+
+def test_timeout(pair):
+    pair.post(length=4096)
+    s = pair.qa.sender
+    f = pair.send(0)
+    pair.na.advance(s.p.rto_ps - 1)
+    assert s.c["lost_pkts"] == 0
+    pair.na.advance(s.p.rto_ps)
+    assert s.c["timeouts"] == 1 and s.c["lost_pkts"] == 1 and s.retx
+    rtx = pair.send(s.p.rto_ps)
+    assert rtx.ev != f.ev and rtx.bth.rtx
+
+
+def test_trim_nack_retransmits_on_other_ev(pair):
+    pair.post(length=4 * 4096)
+    s = pair.qa.sender
+    f = pair.send_all(0)
+    victim = f[1]
+    victim.payload = b""
+    victim.trimmed = True
+    victim.network.dscp = Dscp.TRIMMED
+    cwnd = s.cc.cwnd
+    out = deliver(pair, [victim], 1 * US)
+    assert out[0].opcode == Opcode.NACK
+    assert s.c["nack_trimmed"] == 1 and list(s.retx) == [1]
+    slot = pair.qa.evs.slot_of(victim.ev)
+    assert slot.skip == 4 and slot.state == EvState.SKIP
+    assert s.cc.cwnd == 4096 < cwnd  # quick adapt: nothing acked in the last base RTT -> one MTU
+    assert pair.send(2 * US) is None  # inflight 3 packets > cwnd
+    deliver(pair, [f[0], f[2], f[3]], 2 * US)
+    rtx = pair.send(2 * US)
+    assert rtx.bth.psn == 1 and rtx.ev != victim.ev
+    deliver(pair, [rtx], 3 * US)
+    assert s.una == 4 and s.c["lost_pkts"] == 0 and s.c["timeouts"] == 0
+
+
+def test_lasthop_trim_no_ev_penalty(pair):
+    pair.post(length=2 * 4096)
+    f = pair.send_all(0)
+    f[0].payload = b""
+    f[0].trimmed = True
+    f[0].network.dscp = Dscp.TRIMMED_LASTHOP
+    out = deliver(pair, [f[0]], 1 * US)
+    assert out[0][type(out[0].ext[0])].nack_reason == NackReason.TRIMMED_LASTHOP
+    assert pair.qa.evs.slot_of(f[0].ev).skip == 0 and list(pair.qa.sender.retx) == [0]
+
+
+def test_ecn_echo_skips_ev(pair):
+    pair.post(length=4096)
+    f = pair.send(0)
+    f.network.ecn = 0b11
+    out = deliver(pair, [f], 1 * US)
+    (sack,) = [x for x in out if x.opcode == Opcode.SACK]
+    assert sack[Seth].m == 1
+    assert pair.qa.evs.slot_of(f.ev).skip == 1
+
+
+def test_probes_restore_after_three(pair):
+    pair.post(length=8 * 4096)
+    s = pair.qa.sender
+    first = pair.send(0)
+    deliver(pair, pair.send_all(10 * US), 11 * US)
+    bad = first.ev
+    assert bad in pair.qa.evs.probe_list
+    t = 11 * US + s.p.probe_first_ps
+    pair.na.advance(t - 1)
+    assert pair.na.take() == []
+    for _ in range(3):
+        pair.na.advance(t)
+        ((plane, probe),) = pair.na.take()
+        assert probe.opcode == Opcode.PROBE and probe.ev == bad and plane == bad >> 29
+        out = deliver(pair, [probe], t + US)
+        assert out[0][Seth].pr == 1
+        t += US
+    assert bad not in pair.qa.evs.probe_list and pair.qa.evs.restored == 1 and s.c["probe_ok"] == 3
+
+
+def test_probe_failure_backs_off(pair):
+    pair.post(length=8 * 4096)
+    s = pair.qa.sender
+    pair.send(0)
+    deliver(pair, pair.send_all(10 * US), 11 * US)
+    t = 11 * US + s.p.probe_first_ps
+    pair.na.advance(t)
+    assert len(pair.na.take()) == 1
+    pair.na.advance(t + s.p.rto_ps)  # unanswered: failure, next probe after 40 us
+    assert s.c["probe_fail"] == 1
+    pair.na.advance(t + s.p.rto_ps + 40 * US - 1)
+    assert pair.na.take() == []
+    pair.na.advance(t + s.p.rto_ps + 40 * US)
+    assert len(pair.na.take()) == 1
+
+
+def test_retry_budget_error(pair):
+    pair.post(length=4096)
+    s = pair.qa.sender
+    t = 0
+    pair.send(t)
+    for _ in range(s.p.retry_budget):
+        t += s.p.rto_ps
+        pair.na.advance(t)
+        assert pair.send(t) is not None
+    t += s.p.rto_ps
+    pair.na.advance(t)
+    assert pair.send(t) is None and s.error
+
+
+def test_window_and_cwnd_gates(pair):
+    pair.params.window = 4
+    pair.post()
+    assert len(pair.send_all(0)) == 4
+    pair2 = type(pair)()
+    pair2.qa.cc.cwnd = 2 * 4096
+    pair2.post()
+    assert len(pair2.send_all(0)) == 2
+
+
+def test_port_down_stops_its_evs(pair):
+    pair.post()
+    pair.a.set_port(1, False)
+    assert all(f.ev >> 29 == 0 for f in pair.send_all(0))
+
+
+def test_trim_nacks_do_not_use_the_retry_budget(pair):
+    pair.post(length=4096)
+    s = pair.qa.sender
+    t = 0
+    f = pair.send(t)
+    for _ in range(s.p.retry_budget + 3):
+        f.payload = b""
+        f.trimmed = True
+        f.network.dscp = Dscp.TRIMMED_LASTHOP
+        t += 1 * US
+        deliver(pair, [f], t)
+        f = pair.send(t)
+        assert f is not None and f.bth.psn == 0
+    assert s.error is None and s.c["nack_lasthop"] == s.p.retry_budget + 3
