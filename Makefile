@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 # The venv's bin first: Verilator's makefiles call `python`, and the console scripts live there.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: all venv test test-slow lint verilog demo clean distclean
+.PHONY: all venv test test-slow lint verilog demo bench bench-tx clean distclean
 
 all: test
 
@@ -38,6 +38,13 @@ test: lint
 
 test-slow: $(STAMP)
 	$(VPY) -m pytest -n $(JOBS) -m slow $(PYTEST_ARGS)
+
+# Benchmarks print their figures and write build/bench/<name>.json (recorded in docs/benchmarks.md).
+bench: bench-tx
+
+bench-tx: $(STAMP)
+	$(VPY) -m pytest -p no:xdist -m bench -s -q tb/hdl/tx/test_tx_pipeline.py
+	@cat build/bench/tx.json
 
 verilog: $(STAMP)
 	$(VPY) -m mrcnic.hdl.generate build/verilog

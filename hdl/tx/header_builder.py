@@ -1,0 +1,251 @@
+"""Header builder: the header stack of a WRITE packet, followed by its payload from the DMA reader.
+
+Ref: docs/protocol.md §2 (header stacks and lengths), §2.5 (IPv6/UDP/Ethernet field values), §3 (BTH,
+METH, TSETH, RETH, ImmDt), §5 (EV in UDP source port and flow label), §9 (DSCP, ECN).
+
+For every job (a descriptor with its chosen EV, plane and outer destination) the builder issues one
+DMA read command for the payload as soon as the job arrives, so payload reads run ahead of header
+emission; then it emits the header bytes (SRv6 mode: Ethernet | outer IPv6 | inner IPv6 | UDP | BTH |
+METH | TSETH | RETH [| ImmDt]; single-IPv6 mode without the outer IPv6) and forwards the payload beats.
+The output is *not* packed: the last header beat is partial and payload beats keep their memory lane
+offsets; a ``StreamPacker`` follows, then the ICRC inserter. Lengths (IPv6 payload length, UDP length)
+include the 4 ICRC bytes the inserter will append.
+"""
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from mrcnic.wire.constants import ETHERTYPE_IPV6, IPPROTO_IPV6, IPPROTO_UDP, Ecn
+
+from .. import headers as hdr
+from ..dma.reader import dma_data_layout
+from ..stream import PacketStream
+from .layouts import bits_for, descriptor_layout
+
+__all__ = ["HeaderBuilder", "job_layout", "packet_beats_bound", "tx_config_layout"]
+
+# Largest header stack: Ethernet + 2 x IPv6 + UDP + BTH + METH + TSETH + RETH + ImmDt.
+MAX_HEADER_BYTES = 14 + 40 + 40 + 8 + 12 + 4 + 4 + 16 + 4
+# Width of a packet's beat count (bound) as carried to the plane demux.
+PLANE_BEATS_BITS = 14
+# Bytes after the IPv6 header that precedes UDP, apart from the payload: UDP..RETH and the ICRC.
+L4_OVERHEAD = 8 + 12 + 4 + 4 + 16 + 4
+
+
+def packet_beats_bound(length, data_width: int):
+    """Beats a packet with ``length`` payload bytes takes at most, any header stack, ICRC included.
+
+    Works on Python ints and on Amaranth values (``data_width`` is a power of two). Used to reserve room
+    in a plane FIFO when the packet's path is chosen, and to release it when the packet has gone in.
+    """
+    shift = data_width.bit_length() - 1
+    return ((length + MAX_HEADER_BYTES + 4 + data_width - 1) >> shift) + 1
+
+
+def tx_config_layout(planes: int) -> data.StructLayout:
+    """NIC-wide transmit registers (docs/protocol.md §2.5, §9)."""
+    return data.StructLayout(
+        {
+            "srv6": 1,  # 1: SRv6 mode (outer IPv6 + uSID container); 0: single-IPv6 mode
+            "udp_port": 16,
+            "pkey": 16,
+            "hop_limit": 8,
+            "dscp_data": 6,  # DSCP_TRIMMABLE (or NO_TRIM)
+            "dscp_retx": 6,  # DSCP_TRIMMABLE_RETX
+            "own_gid": 128,
+            "port_mac": data.ArrayLayout(48, planes),
+            "next_hop_mac": data.ArrayLayout(48, planes),
+            "port_address": data.ArrayLayout(128, planes),  # outer source address per plane
+        }
+    )
+
+
+def job_layout(qps: int, ev_slots: int, planes: int) -> data.StructLayout:
+    """A packet ready to build: its descriptor, the path chosen for it and the peer's identity."""
+    return data.StructLayout(
+        {
+            "descriptor": descriptor_layout(qps, ev_slots),
+            "ev": 32,
+            "slot": bits_for(ev_slots),
+            "plane": bits_for(planes),
+            "outer_dst": 128,
+            "peer_qpn": 24,
+            "peer_gid": 128,
+        }
+    )
+
+
+class HeaderBuilder(wiring.Component):
+    """Members:
+
+    * ``job``: In, ``job_layout``.
+    * ``config``: In, ``tx_config_layout`` registers; ``now_ts``: In(16), time in 128 ns units.
+    * ``dma_cmd``: Out, ``{addr, length}`` payload reads, one per job, in job order.
+    * ``dma_data``: In, the payload beats (memory lane offsets, ``last`` on each command's last beat).
+    * ``packet``: Out, header then payload beats of each packet (unpacked).
+    * ``packet_plane``: Out, ``{plane, beats}``, one per packet, when its first beat is offered; ``beats``
+      is :func:`packet_beats_bound` of the packet, the room reserved for it in the plane's FIFO.
+    * ``stat_dma_errors``: Out(32), payload beats whose host-memory read failed.
+    """
+
+    def __init__(self, *, data_width: int, qps: int, ev_slots: int, planes: int, lookahead: int = 4):
+        self.data_width, self.planes = data_width, planes
+        self._job_layout = job_layout(qps, ev_slots, planes)
+        self.lookahead = lookahead
+        super().__init__(
+            {
+                "job": In(stream.Signature(self._job_layout)),
+                "config": In(tx_config_layout(planes)),
+                "now_ts": In(16),
+                "dma_cmd": Out(stream.Signature(data.StructLayout({"addr": 64, "length": 16}))),
+                "dma_data": In(stream.Signature(dma_data_layout(data_width))),
+                "packet": Out(PacketStream(data_width)),
+                "packet_plane": Out(
+                    stream.Signature(
+                        data.StructLayout({"plane": bits_for(planes), "beats": PLANE_BEATS_BITS})
+                    )
+                ),
+                "stat_dma_errors": Out(32),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        w = self.data_width
+        cfg = self.config
+
+        # -- 1. payload reads run ahead: issue the DMA command, park the job until its header goes out.
+        m.submodules.parked = parked = fifo.SyncFIFOBuffered(
+            width=self._job_layout.size, depth=self.lookahead
+        )
+        job_in = self.job.payload
+        m.d.comb += [
+            self.dma_cmd.payload.addr.eq(job_in.descriptor.local_addr),
+            self.dma_cmd.payload.length.eq(job_in.descriptor.length),
+            self.dma_cmd.valid.eq(self.job.valid & parked.w_rdy),
+            self.job.ready.eq(self.dma_cmd.ready & parked.w_rdy),
+            parked.w_en.eq(self.job.valid & self.job.ready),
+            parked.w_data.eq(job_in),
+        ]
+
+        # -- 2. the header of the job at the head of the queue, built combinationally, then registered.
+        job = data.View(self._job_layout, parked.r_data)
+        d = job.descriptor
+        imm = (d.opcode == 0xC9) | (d.opcode == 0xCB)
+        eth = Signal(hdr.Ethernet)
+        outer = Signal(hdr.Ipv6)
+        inner = Signal(hdr.Ipv6)
+        udp = Signal(hdr.Udp)
+        bth = Signal(hdr.Bth)
+        meth = Signal(hdr.Meth)
+        tseth = Signal(hdr.Tseth)
+        reth = Signal(hdr.Reth)
+        immdt = Signal(hdr.ImmDt)
+        l4_length = Signal(16)
+        dscp = Mux(d.rtx, cfg.dscp_retx, cfg.dscp_data)
+        m.d.comb += [
+            l4_length.eq(L4_OVERHEAD + 4 * imm + d.length),
+            eth.dst.eq(cfg.next_hop_mac[job.plane]),
+            eth.src.eq(cfg.port_mac[job.plane]),
+            eth.ethertype.eq(ETHERTYPE_IPV6),
+            inner.version.eq(6),
+            inner.dscp.eq(dscp),
+            inner.ecn.eq(Ecn.ECT0),
+            inner.flow_label.eq(job.ev[16:32]),
+            inner.payload_length.eq(l4_length),
+            inner.next_header.eq(IPPROTO_UDP),
+            inner.hop_limit.eq(cfg.hop_limit),
+            inner.src.eq(cfg.own_gid),
+            inner.dst.eq(job.peer_gid),
+            outer.version.eq(6),
+            outer.dscp.eq(dscp),
+            outer.ecn.eq(Ecn.ECT0),
+            outer.flow_label.eq(job.ev[16:32]),
+            outer.payload_length.eq(l4_length + 40),
+            outer.next_header.eq(IPPROTO_IPV6),
+            outer.hop_limit.eq(cfg.hop_limit),
+            outer.src.eq(cfg.port_address[job.plane]),
+            outer.dst.eq(job.outer_dst),
+            udp.sport.eq(job.ev[0:16]),
+            udp.dport.eq(cfg.udp_port),
+            udp.length.eq(l4_length),
+            bth.opcode.eq(d.opcode),
+            bth.pkey.eq(cfg.pkey),
+            bth.dest_qp.eq(job.peer_qpn),
+            bth.rtx.eq(d.rtx),
+            bth.ts.eq(1),
+            bth.psn.eq(d.psn),
+            meth.rqmsn.eq(d.rqmsn),
+            meth.msn.eq(d.msn),
+            tseth.tx_timestamp.eq(self.now_ts),
+            tseth.ftype.eq(1),
+            reth.va.eq(d.va),
+            reth.rkey.eq(d.rkey),
+            reth.dma_length.eq(d.dma_length),
+            immdt.imm.eq(d.imm),
+        ]
+        after_ip = Cat(*(hdr.to_wire(h) for h in (udp, bth, meth, tseth, reth, immdt)))
+        srv6_bytes = Cat(hdr.to_wire(eth), hdr.to_wire(outer), hdr.to_wire(inner), after_ip)
+        single_bytes = Cat(hdr.to_wire(eth), hdr.to_wire(inner), after_ip)
+        header_beats = -(-MAX_HEADER_BYTES // w)
+        header = Signal(8 * w * header_beats)  # whole beats, so word_select never runs off the end
+        header_length = Signal(range(MAX_HEADER_BYTES + 1))
+        beat = Signal(range(header_beats + 1))
+        plane = Signal.like(job.plane)
+        beats = Signal(PLANE_BEATS_BITS)
+
+        # -- 3. emit header beats, then the payload beats of the same packet.
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(parked.r_rdy):
+                    m.d.sync += [
+                        header.eq(Mux(cfg.srv6, srv6_bytes, single_bytes)),
+                        header_length.eq(Mux(cfg.srv6, 138, 98) + 4 * imm),
+                        plane.eq(job.plane),
+                        beats.eq(packet_beats_bound(d.length, w)),
+                        beat.eq(0),
+                    ]
+                    m.d.comb += parked.r_en.eq(1)
+                    m.next = "PLANE"
+            with m.State("PLANE"):
+                m.d.comb += [
+                    self.packet_plane.valid.eq(1),
+                    self.packet_plane.payload.plane.eq(plane),
+                    self.packet_plane.payload.beats.eq(beats),
+                ]
+                with m.If(self.packet_plane.ready):
+                    m.next = "HEADER"
+            with m.State("HEADER"):
+                remaining = Signal(range(MAX_HEADER_BYTES + 1))
+                m.d.comb += [
+                    remaining.eq(header_length - beat * w),
+                    self.packet.valid.eq(1),
+                    self.packet.payload.data.eq(header.word_select(beat, 8 * w)),
+                    self.packet.payload.keep.eq(
+                        Mux(remaining >= w, Const((1 << w) - 1, w), (Const(1, w + 1) << remaining) - 1)
+                    ),
+                    self.packet.payload.last.eq(0),
+                ]
+                with m.If(self.packet.ready):
+                    m.d.sync += beat.eq(beat + 1)
+                    with m.If(remaining <= w):
+                        m.next = "PAYLOAD"
+            with m.State("PAYLOAD"):
+                beat_in = self.dma_data.payload
+                m.d.comb += [
+                    self.packet.valid.eq(self.dma_data.valid),
+                    self.packet.payload.data.eq(beat_in.data),
+                    self.packet.payload.keep.eq(beat_in.keep),
+                    self.packet.payload.last.eq(beat_in.last),
+                    self.dma_data.ready.eq(self.packet.ready),
+                ]
+                with m.If(self.dma_data.valid & self.dma_data.ready):
+                    # A failed host-memory read still completes the packet (the pipeline must not
+                    # stall); it is counted here. Turning it into an error completion is the host
+                    # interface's job (issue 7).
+                    with m.If(beat_in.error):
+                        m.d.sync += self.stat_dma_errors.eq(self.stat_dma_errors + 1)
+                    with m.If(beat_in.last):
+                        m.next = "IDLE"
+        return m

@@ -1,0 +1,258 @@
+"""The transmit pipeline of the NIC: work requests in, MRC packets out, one AXI-stream per plane.
+
+Ref: docs/protocol.md §2-§9; DESIGN.md "Gateware architecture".
+
+    work_request ► Segmenter ◄─► QpScheduler ◄── retransmit
+                        │ descriptor
+                        ▼
+    PathSelector (EV slot, plane) ► QP context (peer QPN, GID, destination) ► SourceRouter (outer DA)
+                        │ job
+                        ▼
+    HeaderBuilder ◄─► DmaReader (AXI4 reads of the payload) ► StreamPacker ► IcrcInserter
+                        ► PlaneDemux ► m_axis[p], one per plane
+
+Until the host interface exists (issue 7), configuration enters through the ``*_configure`` streams and
+the register inputs; the TX tracker and congestion controller (issue 6) will drive ``retransmit``,
+``psn_limit``, ``cwnd_open`` and ``feedback``.
+"""
+
+from amaranth import Module, Signal
+from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..dma.axi import Axi4ReadSignature
+from ..dma.reader import DmaReader
+from ..stream import AxiStreamSignature, stream_to_axis
+from ..stream_packer import StreamPacker
+from .header_builder import MAX_HEADER_BYTES, HeaderBuilder, job_layout, packet_beats_bound, tx_config_layout
+from .icrc_inserter import IcrcInserter
+from .layouts import MAX_PMTU, bits_for, descriptor_layout, feedback_layout, work_request_layout
+from .path_selector import PathSelector, configure_layout, seed_layout
+from .plane_demux import PlaneDemux
+from .scheduler import QpScheduler
+from .segmenter import Segmenter
+from .source_router import RouteTemplateLayout, SourceRouter
+
+__all__ = ["TxPipeline", "qp_context_layout"]
+
+
+def qp_context_layout(destinations: int) -> data.StructLayout:
+    """What the transmit side knows about the peer of a QP (set at connect time)."""
+    return data.StructLayout({"peer_qpn": 24, "peer_gid": 128, "dest": bits_for(destinations)})
+
+
+class TxPipeline(wiring.Component):
+    """Parameters: ``data_width`` (bytes per beat), ``planes``, ``qps``, ``ev_slots``, ``destinations``,
+    ``plane_fifo_packets`` (maximum-size packets each plane FIFO holds), ``retry_cycles`` (wait before
+    asking the path selector again when no EV was usable).
+    """
+
+    def __init__(
+        self,
+        *,
+        data_width: int = 8,
+        planes: int = 4,
+        qps: int = 4,
+        ev_slots: int = 16,
+        destinations: int = 4,
+        plane_fifo_packets: int = 2,
+        retry_cycles: int = 16,
+    ):
+        self.data_width, self.planes, self.qps = data_width, planes, qps
+        self.ev_slots, self.destinations = ev_slots, destinations
+        self.retry_cycles = retry_cycles
+        self.max_packet_beats = -(-(MAX_HEADER_BYTES + MAX_PMTU + 4) // data_width) + 1
+        self.plane_fifo_depth = 1 << (plane_fifo_packets * self.max_packet_beats - 1).bit_length()
+        dest_bits = bits_for(destinations)
+        members = {
+            "work_request": In(stream.Signature(work_request_layout(qps))),
+            "retransmit": In(stream.Signature(descriptor_layout(qps, ev_slots))),
+            "feedback": In(stream.Signature(feedback_layout(qps, ev_slots))),
+            "sequence_configure": In(
+                stream.Signature(data.StructLayout({"qp": bits_for(qps), "psn": 24, "msn": 16, "rqmsn": 16}))
+            ),
+            "ev_configure": In(stream.Signature(configure_layout(qps, ev_slots))),
+            "ev_seed": In(stream.Signature(seed_layout(qps))),
+            "route_configure": In(
+                stream.Signature(data.StructLayout({"dest": dest_bits, "template": RouteTemplateLayout}))
+            ),
+            "qp_configure": In(
+                stream.Signature(
+                    data.StructLayout({"qp": bits_for(qps), "context": qp_context_layout(destinations)})
+                )
+            ),
+            "config": In(tx_config_layout(planes)),
+            "pmtu_log2": In(4, init=12),
+            "min_active": In(range(ev_slots + 1), init=ev_slots // 4),
+            "psn_limit": In(data.ArrayLayout(24, qps)),
+            "cwnd_open": In(qps),
+            "plane_up": In(planes, init=(1 << planes) - 1),
+            "now_ts": In(16),
+            "slot_free": Out(qps),
+            "m_axi": Out(Axi4ReadSignature(addr_width=64, data_width_bytes=data_width)),
+            "m_axis": Out(AxiStreamSignature(data_width)).array(planes),
+            "stat_packets": Out(32),
+            "stat_no_path": Out(32),
+            "stat_rejected_wr": Out(32),
+            "stat_dma_errors": Out(32),
+        }
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        w, planes, qps = self.data_width, self.planes, self.qps
+        m.submodules.segmenter = seg = Segmenter(qps=qps, ev_slots=self.ev_slots)
+        m.submodules.scheduler = sch = QpScheduler(qps=qps, ev_slots=self.ev_slots)
+        m.submodules.paths = paths = PathSelector(qps=qps, ev_slots=self.ev_slots, planes=planes)
+        m.submodules.router = router = SourceRouter(destinations=self.destinations)
+        m.submodules.builder = builder = HeaderBuilder(
+            data_width=w, qps=qps, ev_slots=self.ev_slots, planes=planes
+        )
+        m.submodules.dma = dma = DmaReader(data_width=w)
+        m.submodules.packer = packer = StreamPacker(w)
+        m.submodules.icrc = icrc = IcrcInserter(data_width=w)
+        m.submodules.demux = demux = PlaneDemux(
+            data_width=w,
+            planes=planes,
+            fifo_depth=self.plane_fifo_depth,
+            max_packet_beats=self.max_packet_beats,
+        )
+
+        # -- configuration and control inputs
+        wiring.connect(m, wiring.flipped(self.work_request), seg.work_request)
+        wiring.connect(m, wiring.flipped(self.sequence_configure), seg.configure)
+        wiring.connect(m, wiring.flipped(self.retransmit), sch.retransmit)
+        wiring.connect(m, wiring.flipped(self.ev_configure), paths.configure)
+        wiring.connect(m, wiring.flipped(self.ev_seed), paths.seed)
+        wiring.connect(m, wiring.flipped(self.feedback), paths.feedback)
+        wiring.connect(m, wiring.flipped(self.route_configure), router.configure)
+        m.d.comb += [
+            seg.pmtu_log2.eq(self.pmtu_log2),
+            self.slot_free.eq(seg.slot_free),
+            sch.has_data.eq(seg.has_data),
+            sch.next_psn.eq(seg.next_psn),
+            sch.psn_limit.eq(self.psn_limit),
+            sch.cwnd_open.eq(self.cwnd_open),
+            paths.min_active.eq(self.min_active),
+            paths.plane_up.eq(self.plane_up),
+            paths.plane_ready.eq(demux.plane_ready & self.plane_up),
+            builder.config.eq(self.config),
+            builder.now_ts.eq(self.now_ts),
+            icrc.skip.eq(54),  # Ethernet + outer IPv6 are not covered (single-IPv6 mode: 14)
+            self.stat_rejected_wr.eq(seg.stat_rejected),
+            self.stat_dma_errors.eq(builder.stat_dma_errors),
+        ]
+        with m.If(~self.config.srv6):
+            m.d.comb += icrc.skip.eq(14)
+        wiring.connect(m, sch.next_packet, seg.next_packet)
+        wiring.connect(m, seg.descriptor, sch.new_packet)
+
+        m.submodules.qp_context = qp_context = memory.Memory(
+            shape=qp_context_layout(self.destinations), depth=qps, init=[]
+        )
+        ctx_write = qp_context.write_port()
+        ctx_read = qp_context.read_port(domain="sync")
+        m.d.comb += [
+            ctx_write.addr.eq(self.qp_configure.payload.qp),
+            ctx_write.data.eq(self.qp_configure.payload.context),
+            ctx_write.en.eq(self.qp_configure.valid),
+            self.qp_configure.ready.eq(1),
+        ]
+
+        # -- path stage: descriptor -> EV slot -> peer context -> outer destination -> job
+        job = Signal(job_layout(qps, self.ev_slots, planes))
+        retry = Signal(range(self.retry_cycles + 1))
+        desc = sch.descriptor.payload
+        with m.FSM():
+            with m.State("DESCRIPTOR"):
+                with m.If(sch.descriptor.valid):
+                    m.d.sync += job.descriptor.eq(desc)
+                    m.d.comb += sch.descriptor.ready.eq(1)
+                    m.next = "REQUEST"
+            with m.State("REQUEST"):
+                m.d.comb += [
+                    paths.request.valid.eq(1),
+                    paths.request.payload.qp.eq(job.descriptor.qp),
+                    paths.request.payload.avoid_slot.eq(job.descriptor.avoid_slot),
+                    paths.request.payload.avoid_valid.eq(job.descriptor.rtx),
+                ]
+                with m.If(paths.request.ready):
+                    m.next = "RESPONSE"
+            with m.State("RESPONSE"):
+                m.d.comb += paths.response.ready.eq(1)
+                with m.If(paths.response.valid):
+                    answer = paths.response.payload
+                    with m.If(answer.found):
+                        m.d.sync += [
+                            job.ev.eq(answer.ev),
+                            job.slot.eq(answer.slot),
+                            job.plane.eq(answer.plane),
+                        ]
+                        m.d.comb += ctx_read.addr.eq(job.descriptor.qp)
+                        m.next = "CONTEXT"
+                    with m.Else():
+                        m.d.sync += [retry.eq(self.retry_cycles), self.stat_no_path.eq(self.stat_no_path + 1)]
+                        m.next = "RETRY"
+            with m.State("RETRY"):
+                m.d.sync += retry.eq(retry - 1)
+                with m.If(retry == 0):
+                    m.next = "REQUEST"
+            with m.State("CONTEXT"):
+                peer = qp_context_layout(self.destinations)(ctx_read.data)
+                m.d.comb += [
+                    router.request.valid.eq(1),
+                    router.request.payload.dest.eq(peer.dest),
+                    router.request.payload.ev.eq(job.ev),
+                    ctx_read.en.eq(~router.request.ready),  # hold the read data until the router takes it
+                    ctx_read.addr.eq(job.descriptor.qp),
+                ]
+                with m.If(router.request.ready):
+                    m.d.sync += [job.peer_qpn.eq(peer.peer_qpn), job.peer_gid.eq(peer.peer_gid)]
+                    m.next = "ROUTE"
+            with m.State("ROUTE"):
+                m.d.comb += router.response.ready.eq(1)
+                with m.If(router.response.valid):
+                    m.d.sync += job.outer_dst.eq(router.response.payload.address)
+                    m.next = "RESERVE"
+            with m.State("RESERVE"):
+                # The plane's FIFO space is claimed now, so the selector sees it taken from here on.
+                m.d.comb += [
+                    demux.reserve.valid.eq(1),
+                    demux.reserve.payload.plane.eq(job.plane),
+                    demux.reserve.payload.beats.eq(packet_beats_bound(job.descriptor.length, w)),
+                ]
+                m.next = "JOB"
+            with m.State("JOB"):
+                m.d.comb += [builder.job.valid.eq(1), builder.job.payload.eq(job)]
+                with m.If(builder.job.ready):
+                    m.d.sync += self.stat_packets.eq(self.stat_packets + 1)
+                    m.next = "DESCRIPTOR"
+
+        # -- packet assembly: header + payload, packing, ICRC, demux to the planes
+        m.d.comb += [
+            dma.cmd.valid.eq(builder.dma_cmd.valid),
+            dma.cmd.payload.addr.eq(builder.dma_cmd.payload.addr),
+            dma.cmd.payload.length.eq(builder.dma_cmd.payload.length),
+            builder.dma_cmd.ready.eq(dma.cmd.ready),
+        ]
+        wiring.connect(m, dma.data, builder.dma_data)
+        wiring.connect(m, wiring.flipped(self.m_axi), dma.axi)
+        wiring.connect(m, builder.packet, packer.i)
+        wiring.connect(m, packer.o, icrc.i)
+        wiring.connect(m, icrc.o, demux.i)
+        # The plane of each packet is known when its first beat leaves the builder, but the demux holds it
+        # until the packet's last beat is through: a short queue decouples the two.
+        m.submodules.plane_order = plane_order = fifo.SyncFIFOBuffered(
+            width=builder.packet_plane.payload.shape().size, depth=8
+        )
+        m.d.comb += [
+            plane_order.w_data.eq(builder.packet_plane.payload),
+            plane_order.w_en.eq(builder.packet_plane.valid),
+            builder.packet_plane.ready.eq(plane_order.w_rdy),
+            demux.plane.payload.eq(plane_order.r_data),
+            demux.plane.valid.eq(plane_order.r_rdy),
+            plane_order.r_en.eq(demux.plane.ready),
+        ]
+        for p in range(planes):
+            stream_to_axis(m, demux.o[p], self.m_axis[p])
+        return m

@@ -1,0 +1,93 @@
+"""Plane demux: each finished packet goes to the transmit FIFO of the plane its EV names.
+
+Ref: docs/protocol.md §6.3 step 4 ("the port of plane p cannot take a packet now").
+
+Per plane there is a FIFO of ``fifo_depth`` beats in front of the port. When a packet's path is chosen,
+``reserve`` claims room for it (``beats``, an upper bound of its size) in its plane's FIFO; the claim is
+released when the packet's last beat has gone in (the same bound arrives with the packet on ``plane``).
+``plane_ready[p]`` tells the path selector whether plane ``p`` still has room for one more packet of the
+largest size after all claims; so a plane whose port is blocked stops getting packets while the others
+keep flowing.
+"""
+
+from amaranth import Array, Module, Signal
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..stream import PacketLayout, PacketStream
+from .header_builder import PLANE_BEATS_BITS
+from .layouts import bits_for
+
+__all__ = ["PlaneDemux"]
+
+
+class PlaneDemux(wiring.Component):
+    """Members: ``i`` (packets in order), ``plane`` (``{plane, beats}`` for each packet, in the same
+    order), ``reserve`` (``{plane, beats}``: a packet was chosen for this plane), ``plane_ready``
+    (Out(planes)), ``o`` (one packet stream per plane).
+    """
+
+    def __init__(self, *, data_width: int, planes: int, fifo_depth: int, max_packet_beats: int):
+        if fifo_depth < max_packet_beats:
+            raise ValueError(
+                f"a plane FIFO of {fifo_depth} beats cannot hold a {max_packet_beats}-beat packet"
+            )
+        self.data_width, self.planes = data_width, planes
+        self.fifo_depth, self.max_packet_beats = fifo_depth, max_packet_beats
+        plane_layout = data.StructLayout({"plane": bits_for(planes), "beats": PLANE_BEATS_BITS})
+        super().__init__(
+            {
+                "i": In(PacketStream(data_width)),
+                "plane": In(stream.Signature(plane_layout)),
+                "reserve": In(stream.Signature(plane_layout)),
+                "plane_ready": Out(planes),
+                "o": Out(PacketStream(data_width)).array(planes),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        w, planes = self.data_width, self.planes
+        queues = []
+        for p in range(planes):
+            q = fifo.SyncFIFOBuffered(width=PacketLayout(w).size, depth=self.fifo_depth)
+            m.submodules[f"plane{p}"] = q
+            queues.append(q)
+            m.d.comb += [
+                self.o[p].payload.eq(q.r_data),
+                self.o[p].valid.eq(q.r_rdy),
+                q.r_en.eq(self.o[p].ready),
+                q.w_data.eq(self.i.payload),
+            ]
+
+        # Room claimed for packets chosen for a plane that are not yet completely in its FIFO. (While a
+        # packet goes in, its beats count twice - in the FIFO level and in the claim: conservative.)
+        claimed = Array(Signal(range(8 * self.fifo_depth), name=f"claimed_{p}") for p in range(planes))
+        m.d.comb += self.reserve.ready.eq(1)
+        finished = Signal()  # last beat of the current packet enters its FIFO this cycle
+        target = self.plane.payload.plane
+        for p in range(planes):
+            up = Signal.like(claimed[p], name=f"claim_{p}")
+            down = Signal.like(claimed[p], name=f"release_{p}")
+            with m.If(self.reserve.valid & (self.reserve.payload.plane == p)):
+                m.d.comb += up.eq(self.reserve.payload.beats)
+            with m.If(finished & (target == p)):
+                m.d.comb += down.eq(self.plane.payload.beats)
+            m.d.sync += claimed[p].eq(claimed[p] + up - down)
+            free = Signal(range(self.fifo_depth + 1), name=f"free_{p}")
+            m.d.comb += [
+                free.eq(self.fifo_depth - queues[p].level),
+                self.plane_ready[p].eq(free >= claimed[p] + self.max_packet_beats),
+            ]
+
+        # Route the current packet (its plane is at the head of ``plane``) into that plane's FIFO.
+        w_rdy = Array(q.w_rdy for q in queues)
+        go = self.plane.valid & self.i.valid & w_rdy[target]
+        for p in range(planes):
+            m.d.comb += queues[p].w_en.eq(go & (target == p))
+        m.d.comb += [
+            self.i.ready.eq(self.plane.valid & w_rdy[target]),
+            finished.eq(go & self.i.payload.last),
+            self.plane.ready.eq(finished),
+        ]
+        return m

@@ -1,0 +1,491 @@
+"""The whole TX pipeline on Verilator: work requests in, MRC frames out on the plane ports.
+
+Host memory is a cocotbext-axi ``AxiRamRead``; every frame is decoded by mrcnic.wire (lengths, ICRC) and
+by scapy (fields, scapy's own RoCE ICRC); messages are rebuilt from the payloads at their RETH addresses
+and compared byte for byte with the source memory; the EV of every packet is checked against the reference
+model's choice (mrcnic.model.ev.EvTable) for the same seed and feedback; the outer destination against
+mrcnic.wire.RouteTemplate.
+"""
+
+import logging
+import random
+
+import cocotb
+import pytest
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, RisingEdge
+from cocotbext.axi import AxiRamRead, AxiReadBus, AxiStreamBus, AxiStreamSink
+from scapy.layers.l2 import Ether
+
+import mrcnic.wire.scapy_layers as sl
+from mrcnic import wire
+from mrcnic.hdl.tx.header_builder import MAX_HEADER_BYTES, tx_config_layout
+from mrcnic.hdl.tx.layouts import (
+    FeedbackEvent,
+    WriteKind,
+    descriptor_layout,
+    feedback_layout,
+    work_request_layout,
+)
+from mrcnic.hdl.tx.path_selector import EvState, configure_layout, seed_layout
+from mrcnic.hdl.tx.pipeline import TxPipeline, qp_context_layout
+from mrcnic.hdl.tx.source_router import RouteTemplateLayout
+from mrcnic.model.ev import EvTable
+
+from support.cocotb_runner import dut_params, run_cocotb
+from support.cocotb_streams import StreamDriver, stream_put
+from support.layouts import pack
+
+QPS, EV_SLOTS, DESTS = 4, 16, 4
+LOCATOR = 0xFCBBBB00
+MEMORY = 1 << 20
+NOW_TS = 0x2345
+
+
+class Tx:
+    """Test bench state: the DUT, its memory, plane sinks, and the Python picture of its configuration."""
+
+    def __init__(self, dut, *, srv6=True, pmtu_log2=12, pause=0.0, seed=1):
+        p = dut_params()
+        self.dut, self.w, self.planes = dut, p["data_width"], p["planes"]
+        self.srv6, self.pmtu = srv6, 1 << pmtu_log2
+        self.pmtu_log2 = pmtu_log2
+        self.rng = random.Random(seed)
+        cocotb.start_soon(Clock(dut.clk, 8, unit="ns").start())
+        self.ram = AxiRamRead(
+            AxiReadBus.from_prefix(dut, "m_axi", bus_separator="__"), dut.clk, dut.rst, size=MEMORY
+        )
+        self.ram.write(0, self.rng.randbytes(MEMORY))
+        self.ram.log.setLevel(logging.WARNING)  # one line per burst / frame is too much
+        self.sinks = []
+        for plane in range(self.planes):
+            sink = AxiStreamSink(
+                AxiStreamBus.from_prefix(dut, f"m_axis__{plane}", bus_separator="__"), dut.clk, dut.rst
+            )
+            sink.log.setLevel(logging.WARNING)
+            if pause:
+                sink.set_pause_generator(iter(lambda: self.rng.random() < pause, None))
+            self.sinks.append(sink)
+        self.tables = {
+            q: EvTable(EV_SLOTS, self.planes, 8, seed=100 + q, lfsr_seed=0x1000 + 77 * q) for q in range(QPS)
+        }
+        self.routes = {
+            d: wire.RouteTemplate.for_clos(LOCATOR, src_t0=0, dst_t0=d, dst_host=4 * d + 1)
+            for d in range(DESTS)
+        }
+        self.start_psn = {q: self.rng.randrange(1 << 24) for q in range(QPS)}
+        self.peer_qpn = {q: 0x100 + q for q in range(QPS)}
+        self.peer_gid = {q: wire.ip6(f"fd00::{q + 10:x}") for q in range(QPS)}
+        self.own_gid = wire.ip6("fd00::1")
+
+    def port_mac(self, plane):
+        return 0x020000000100 + plane
+
+    def next_hop_mac(self, plane):
+        return 0x0200000FF000 + plane
+
+    def port_address(self, plane):
+        return wire.port_address(LOCATOR, plane, 0)
+
+    async def start(self):
+        dut = self.dut
+        for name in (
+            "work_request",
+            "retransmit",
+            "feedback",
+            "sequence_configure",
+            "ev_configure",
+            "ev_seed",
+            "route_configure",
+            "qp_configure",
+        ):
+            getattr(dut, f"{name}__valid").value = 0
+        dut.config.value = pack(
+            tx_config_layout(self.planes),
+            {
+                "srv6": int(self.srv6),
+                "udp_port": 4791,
+                "pkey": 0xFFFF,
+                "hop_limit": 64,
+                "dscp_data": wire.Dscp.TRIMMABLE,
+                "dscp_retx": wire.Dscp.TRIMMABLE_RETX,
+                "own_gid": self.own_gid,
+                "port_mac": [self.port_mac(p) for p in range(self.planes)],
+                "next_hop_mac": [self.next_hop_mac(p) for p in range(self.planes)],
+                "port_address": [self.port_address(p) for p in range(self.planes)],
+            },
+        )
+        dut.pmtu_log2.value = self.pmtu_log2
+        dut.min_active.value = 2
+        dut.cwnd_open.value = (1 << QPS) - 1
+        dut.plane_up.value = (1 << self.planes) - 1
+        dut.now_ts.value = NOW_TS
+        self.set_psn_limits({q: (self.start_psn[q] + (1 << 22)) & 0xFFFFFF for q in range(QPS)})
+        dut.rst.value = 1
+        await ClockCycles(dut.clk, 4)
+        dut.rst.value = 0
+        await ClockCycles(dut.clk, 2)
+        for q in range(QPS):
+            await stream_put(
+                dut,
+                "sequence_configure",
+                pack(dut_layouts.sequence, {"qp": q, "psn": self.start_psn[q], "msn": 0, "rqmsn": 0}),
+            )
+            await stream_put(
+                dut,
+                "qp_configure",
+                pack(
+                    dut_layouts.qp,
+                    {
+                        "qp": q,
+                        "context": {
+                            "peer_qpn": self.peer_qpn[q],
+                            "peer_gid": self.peer_gid[q],
+                            "dest": q % DESTS,
+                        },
+                    },
+                ),
+            )
+            await stream_put(
+                dut, "ev_seed", pack(seed_layout(QPS), {"qp": q, "seed": self.tables[q].lfsr_seed})
+            )
+            for slot, entry in enumerate(self.tables[q].slots):
+                await stream_put(
+                    dut,
+                    "ev_configure",
+                    pack(
+                        configure_layout(QPS, EV_SLOTS),
+                        {"qp": q, "slot": slot, "ev": entry.ev, "state": EvState.GOOD},
+                    ),
+                )
+        for d, route in self.routes.items():
+            usids = list(route.usids) + [0] * (6 - len(route.usids))
+            await stream_put(
+                dut,
+                "route_configure",
+                pack(
+                    dut_layouts.route,
+                    {
+                        "dest": d,
+                        "template": {
+                            "locator": route.locator,
+                            "usids": usids,
+                            "count": len(route.usids),
+                            "t1_slot": route.t1_slot,
+                        },
+                    },
+                ),
+            )
+        self.requests = StreamDriver(dut, "work_request")
+
+    def set_psn_limits(self, limits):
+        value = 0
+        for q in range(QPS):
+            value |= limits[q] << (24 * q)
+        self.dut.psn_limit.value = value
+
+    def post(self, qp, length, *, kind=WriteKind.WRITE, local=None, remote=None):
+        local = self.rng.randrange(MEMORY - length) if local is None else local
+        remote = self.rng.randrange(1 << 48) if remote is None else remote
+        wr = {
+            "qp": qp,
+            "kind": kind,
+            "local_addr": local,
+            "remote_va": remote,
+            "rkey": 0xAB000000 + qp,
+            "length": length,
+            "imm": self.rng.randrange(1 << 32),
+        }
+        self.requests.put(pack(work_request_layout(QPS), wr))
+        return wr
+
+    async def collect(self, count, timeout_cycles=2_000_000):
+        frames = []  # (plane, bytes) in arrival order per plane
+        for _ in range(timeout_cycles // 64):
+            for plane, sink in enumerate(self.sinks):
+                while not sink.empty():
+                    frames.append((plane, bytes(sink.recv_nowait().tdata)))
+            if len(frames) >= count:
+                return frames
+            await ClockCycles(self.dut.clk, 64)
+        raise AssertionError(f"only {len(frames)} of {count} frames arrived")
+
+    def check_frame(self, plane, raw):
+        """Everything one frame must satisfy on its own; returns the decoded frame."""
+        frame = wire.decode(raw, check_icrc=True)
+        assert frame.srv6 == self.srv6
+        assert (
+            frame.opcode.is_write and frame.bth.ts == 1 and frame.bth.tver == 0 and frame.bth.pkey == 0xFFFF
+        )
+        ev = frame.ev
+        assert wire.ev_fields(ev)[0] == plane, "sent on the plane its EV names"
+        q = next(q for q in range(QPS) if frame.bth.dest_qp == self.peer_qpn[q])
+        assert ev in {s.ev for s in self.tables[q].slots}
+        assert frame.eth.src == self.port_mac(plane) and frame.eth.dst == self.next_hop_mac(plane)
+        assert frame.ip.src == self.own_gid and frame.ip.dst == self.peer_gid[q]
+        assert frame[wire.Tseth].tx_timestamp == NOW_TS
+        net = frame.network
+        assert net.dscp == (wire.Dscp.TRIMMABLE_RETX if frame.bth.rtx else wire.Dscp.TRIMMABLE)
+        assert net.ecn == wire.Ecn.ECT0 and net.hop_limit == 64
+        if self.srv6:
+            assert frame.outer.dst == self.routes[q % DESTS].destination(ev)
+            assert frame.outer.src == self.port_address(plane)
+            assert frame.outer.flow_label == frame.ip.flow_label
+        # scapy, independently: fields and its own RoCE ICRC over the (inner) IPv6 header onward.
+        pkt = Ether(raw)
+        bth = pkt[sl.MRC_BTH]
+        assert bth.psn == frame.bth.psn and bth.dqpn == frame.bth.dest_qp and bth.opcode == frame.bth.opcode
+        assert bth.compute_icrc(None) == raw[-4:]
+        assert pkt[sl.MRC_RETH].va == frame[wire.Reth].va
+        return q, frame
+
+
+def _check_messages(tx, posted, decoded):
+    """Rebuild each message from its packets: every byte exactly once, equal to the source memory."""
+    by_qp = {}
+    for q, frame in decoded:
+        by_qp.setdefault(q, []).append(frame)
+    for q, frames in by_qp.items():
+        psns = sorted((f.bth.psn - tx.start_psn[q]) & 0xFFFFFF for f in frames)
+        assert psns == list(range(len(frames))), f"QP {q}: PSNs not contiguous from the start PSN"
+    for q, wrs in posted.items():
+        frames = by_qp.get(q, [])
+        for msn, wr in enumerate(wrs):
+            parts = [f for f in frames if f[wire.Meth].msn == msn]
+            image = bytearray(wr["length"])
+            seen = bytearray(wr["length"])
+            for f in parts:
+                reth = f[wire.Reth]
+                assert reth.rkey == wr["rkey"] and reth.dma_length == wr["length"]
+                offset = reth.va - wr["remote_va"]
+                assert 0 <= offset and offset + len(f.payload) <= wr["length"]
+                assert offset % tx.pmtu == 0 and len(f.payload) <= tx.pmtu
+                image[offset : offset + len(f.payload)] = f.payload
+                for i in range(offset, offset + len(f.payload)):
+                    seen[i] += 1
+            assert all(c == 1 for c in seen), f"QP {q} message {msn}: bytes not covered exactly once"
+            assert bytes(image) == tx.ram.read(wr["local_addr"], wr["length"]), f"QP {q} message {msn}"
+            if wr["kind"] == WriteKind.WRITE_IMM:
+                last = max(parts, key=lambda f: f.bth.psn - tx.start_psn[q])
+                assert last[wire.ImmDt].imm == wr["imm"]
+
+
+def _packets(length, pmtu):
+    return -(-length // pmtu)
+
+
+async def _random_writes(dut, srv6):
+    """1 B to 64 KiB, random alignment, several QPs, WRITE and WRITE_IMM, random backpressure."""
+    tx = Tx(dut, srv6=srv6, pmtu_log2=random.choice([8, 10, 12]), pause=0.3, seed=random.randrange(1 << 30))
+    await tx.start()
+    posted = {q: [] for q in range(QPS)}
+    sizes = [1, 2, 63, tx.pmtu - 1, tx.pmtu, tx.pmtu + 1, 65536] + [
+        random.randint(1, 20000) for _ in range(12)
+    ]
+    random.shuffle(sizes)
+    for n, size in enumerate(sizes):
+        q = n % QPS
+        kind = random.choice([WriteKind.WRITE, WriteKind.WRITE_IMM])
+        posted[q].append(tx.post(q, size, kind=kind))
+    total = sum(_packets(w["length"], tx.pmtu) for ws in posted.values() for w in ws)
+    frames = await tx.collect(total)
+    decoded = [tx.check_frame(plane, raw) for plane, raw in frames]
+    _check_messages(tx, posted, decoded)
+    assert int(dut.stat_packets.value) == total
+    assert int(dut.stat_dma_errors.value) == 0
+
+
+@cocotb.test()
+async def random_writes_srv6(dut):
+    await _random_writes(dut, srv6=True)
+
+
+@cocotb.test()
+async def random_writes_single_ipv6(dut):
+    await _random_writes(dut, srv6=False)
+
+
+@cocotb.test()
+async def ev_choices_equal_the_reference_model(dut):
+    """No backpressure: per QP, the EV of packet k is the k-th choice of the model's EvTable, also after
+    ECN, trim and loss feedback (skips of 1 and 4 visits, a retired slot never used again)."""
+    tx = Tx(dut, pmtu_log2=8, seed=random.randrange(1 << 30))
+    await tx.start()
+    q = 1
+    # No backups: replacing a retired EV from the plane's backups is issue 6 (the gateware retires in place).
+    model = EvTable(EV_SLOTS, tx.planes, 8, seed=100 + q, lfsr_seed=0x1000 + 77 * q, backups=0, min_active=2)
+    all_planes = (1 << tx.planes) - 1
+    feedback = StreamDriver(dut, "feedback")
+
+    async def send_and_compare(packets):
+        posted = tx.post(q, packets * tx.pmtu)
+        frames = await tx.collect(packets)
+        frames.sort(key=lambda pf: (wire.decode(pf[1]).bth.psn - tx.start_psn[q]) & 0xFFFFFF)
+        got = [wire.decode(raw).ev for _, raw in frames]
+        want = [model.select(all_planes) for _ in range(packets)]
+        assert got == want
+        return posted
+
+    await send_and_compare(3 * EV_SLOTS)
+    # Feedback on three different slots, then compare again.
+    slots = random.sample(range(EV_SLOTS), 3)
+    events = [(slots[0], FeedbackEvent.ECN), (slots[1], FeedbackEvent.TRIM), (slots[2], FeedbackEvent.LOSS)]
+    for slot, event in events:
+        ev = model.slots[slot].ev
+        feedback.put(pack(feedback_layout(QPS, EV_SLOTS), {"qp": q, "slot": slot, "ev": ev, "event": event}))
+        if event == FeedbackEvent.ECN:
+            model.penalise(ev, 1)
+        elif event == FeedbackEvent.TRIM:
+            model.penalise(ev, 4)
+        else:
+            model.mark_bad(ev)
+    # Stale feedback (wrong EV for the slot) changes nothing.
+    feedback.put(
+        pack(feedback_layout(QPS, EV_SLOTS), {"qp": q, "slot": 0, "ev": 0x12345, "event": FeedbackEvent.LOSS})
+    )
+    while not feedback.idle():
+        await RisingEdge(dut.clk)
+    await ClockCycles(dut.clk, 4)
+    await send_and_compare(4 * EV_SLOTS)  # includes: the retired slot's EV never appears again
+
+
+@cocotb.test()
+async def blocked_plane_gets_nothing_while_others_flow(dut):
+    tx = Tx(dut, pmtu_log2=8, seed=random.randrange(1 << 30))
+    if tx.planes < 2:
+        return
+    await tx.start()
+    blocked = 1
+    tx.sinks[blocked].pause = True
+    posted = {q: [tx.post(q, 40 * tx.pmtu)] for q in range(QPS)}
+    total = QPS * 40
+    # Everything not on the blocked plane arrives; the blocked plane's FIFO holds only what fitted in it.
+    await ClockCycles(dut.clk, 30000)
+    arrived = sum(sink.count() for sink in tx.sinks)
+    held = total - arrived
+    assert tx.sinks[blocked].count() == 0
+    w = tx.w
+    actual = -(-(138 + tx.pmtu + 4) // w)  # beats of one of these packets in the FIFO (SRv6, no ImmDt)
+    max_beats = -(-(MAX_HEADER_BYTES + 4096 + 4) // w) + 1
+    fifo_depth = 1 << (2 * max_beats - 1).bit_length()
+    # A packet is chosen for the plane while its FIFO has room for a maximum-size one beyond the claims.
+    assert 0 < held <= (fifo_depth - max_beats) // actual + 1, f"{held} packets held for the blocked plane"
+    tx.sinks[blocked].pause = False
+    frames = await tx.collect(total)
+    decoded = [tx.check_frame(plane, raw) for plane, raw in frames]
+    _check_messages(tx, posted, decoded)
+
+
+@cocotb.test()
+async def line_rate(dut):
+    """`make bench-tx`: 4 KiB PMTU, no backpressure, back-to-back 64 KiB writes on every QP. The busy
+    fraction of the output = beats a perfectly packed stream needs / cycles from first to last beat."""
+    import json
+    from pathlib import Path
+
+    tx = Tx(dut, pmtu_log2=12, seed=1)
+    await tx.start()
+    posted = {
+        q: [tx.post(q, 65536, local=(q * 65536 + 64 * q) % (MEMORY - 65536)) for _ in range(4)]
+        for q in range(QPS)
+    }
+    total = sum(_packets(w["length"], tx.pmtu) for ws in posted.values() for w in ws)
+    frames = []
+    times = []
+    while len(frames) < total:
+        for plane, sink in enumerate(tx.sinks):
+            while not sink.empty():
+                frame = sink.recv_nowait()
+                frames.append((plane, bytes(frame.tdata)))
+                times.append((frame.sim_time_start, frame.sim_time_end))
+        await ClockCycles(dut.clk, 256)
+    decoded = [tx.check_frame(plane, raw) for plane, raw in frames]
+    _check_messages(tx, posted, decoded)
+    period_ps = 8000
+    start = min(t[0] for t in times)
+    end = max(t[1] for t in times)
+    cycles = (end - start) // period_ps + 1
+    ideal_beats = sum(-(-len(raw) // tx.w) for _, raw in frames)
+    fraction = ideal_beats / cycles
+    result = {
+        "data_width": tx.w,
+        "planes": tx.planes,
+        "packets": total,
+        "cycles": cycles,
+        "ideal_beats": ideal_beats,
+        "line_rate_fraction": round(fraction, 4),
+    }
+    out = Path(dut_params()["bench_out"])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(
+        f"TX line rate: {ideal_beats} beats in {cycles} cycles = {fraction:.4f} of the core rate "
+        f"(data_width {tx.w}, {tx.planes} planes, {total} packets of 4 KiB)"
+    )
+
+
+class _Layouts:
+    def __init__(self):
+        from amaranth.lib import data
+
+        from mrcnic.hdl.tx.layouts import bits_for
+
+        self.sequence = data.StructLayout({"qp": bits_for(QPS), "psn": 24, "msn": 16, "rqmsn": 16})
+        self.qp = data.StructLayout({"qp": bits_for(QPS), "context": qp_context_layout(DESTS)})
+        self.route = data.StructLayout({"dest": bits_for(DESTS), "template": RouteTemplateLayout})
+
+
+dut_layouts = _Layouts()
+_ = descriptor_layout
+
+
+CONFIGS = [
+    pytest.param({"data_width": 8, "planes": 4}, id="dw8-p4"),
+    pytest.param({"data_width": 32, "planes": 2}, id="dw32-p2"),
+    pytest.param({"data_width": 8, "planes": 1}, id="dw8-p1"),
+]
+
+
+def _design(params):
+    return lambda: TxPipeline(
+        data_width=params["data_width"],
+        planes=params["planes"],
+        qps=QPS,
+        ev_slots=EV_SLOTS,
+        destinations=DESTS,
+    )
+
+
+TESTS = [
+    "random_writes_srv6",
+    "random_writes_single_ipv6",
+    "ev_choices_equal_the_reference_model",
+    "blocked_plane_gets_nothing_while_others_flow",
+]
+
+
+@pytest.mark.parametrize("params", CONFIGS)
+def test_tx_pipeline(params):
+    run_cocotb(_design(params), name="tx_pipeline", module="test_tx_pipeline", params=params, testcase=TESTS)
+
+
+@pytest.mark.bench
+@pytest.mark.parametrize("params", CONFIGS[:2])
+def test_bench_tx(params):
+    """`make bench-tx`: prints the line-rate figure and writes build/bench/tx.json (first configuration)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    default = params == CONFIGS[0].values[0]
+    name = "tx.json" if default else f"tx-dw{params['data_width']}-p{params['planes']}.json"
+    bench = dict(params, bench_out=str(root / "build" / "bench" / name))
+    # Same Verilator build as the tests: run_params do not take part in the build key.
+    run_cocotb(
+        _design(params),
+        name="tx_pipeline",
+        module="test_tx_pipeline",
+        params=params,
+        testcase="line_rate",
+        test_dir_suffix="-bench",
+        run_params=bench,
+    )
