@@ -19,9 +19,17 @@ def _icrc(data_width):
     return lambda: IcrcEngine(data_width)
 
 
+def _tx(data_width, planes):
+    from .tx.pipeline import TxPipeline
+
+    return lambda: TxPipeline(data_width=data_width, planes=planes)
+
+
 TOP_LEVELS = {
     "icrc_engine_dw8": _icrc(8),
     "icrc_engine_dw32": _icrc(32),
+    "tx_pipeline_dw8_p4": _tx(8, 4),
+    "tx_pipeline_dw32_p4": _tx(32, 4),
 }
 
 

@@ -9,6 +9,7 @@ mrcnic.wire.RouteTemplate.
 
 import logging
 import random
+from collections import Counter
 
 import cocotb
 import pytest
@@ -318,15 +319,20 @@ async def ev_choices_equal_the_reference_model(dut):
     feedback = StreamDriver(dut, "feedback")
 
     async def send_and_compare(packets):
-        posted = tx.post(q, packets * tx.pmtu)
+        tx.post(q, packets * tx.pmtu)
         frames = await tx.collect(packets)
         frames.sort(key=lambda pf: (wire.decode(pf[1]).bth.psn - tx.start_psn[q]) & 0xFFFFFF)
         got = [wire.decode(raw).ev for _, raw in frames]
         want = [model.select(all_planes) for _ in range(packets)]
         assert got == want
-        return posted
+        return got
 
-    await send_and_compare(3 * EV_SLOTS)
+    evs = await send_and_compare(3 * EV_SLOTS)
+    # Spraying is even: with every slot GOOD, each rotation uses every slot once, each plane 1/P of it.
+    assert Counter(evs) == {s.ev: 3 for s in model.slots}
+    assert Counter(wire.ev_fields(ev)[0] for ev in evs) == {
+        p: 3 * EV_SLOTS // tx.planes for p in range(tx.planes)
+    }
     # Feedback on three different slots, then compare again.
     slots = random.sample(range(EV_SLOTS), 3)
     events = [(slots[0], FeedbackEvent.ECN), (slots[1], FeedbackEvent.TRIM), (slots[2], FeedbackEvent.LOSS)]
@@ -346,7 +352,22 @@ async def ev_choices_equal_the_reference_model(dut):
     while not feedback.idle():
         await RisingEdge(dut.clk)
     await ClockCycles(dut.clk, 4)
-    await send_and_compare(4 * EV_SLOTS)  # includes: the retired slot's EV never appears again
+    evs = await send_and_compare(4 * EV_SLOTS)
+    retired = model.slots[slots[2]].ev
+    assert retired not in evs, "an ASSUMED_BAD EV is not used"
+    # Restored (as the prober will do after k answered probes): it is used again.
+    feedback.put(
+        pack(
+            feedback_layout(QPS, EV_SLOTS),
+            {"qp": q, "slot": slots[2], "ev": retired, "event": FeedbackEvent.PROBE_OK},
+        )
+    )
+    model.restore(retired)
+    while not feedback.idle():
+        await RisingEdge(dut.clk)
+    await ClockCycles(dut.clk, 4)
+    evs = await send_and_compare(2 * EV_SLOTS)
+    assert retired in evs  # 2N choices always span one whole rotation
 
 
 @cocotb.test()
