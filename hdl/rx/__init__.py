@@ -1,0 +1,1 @@
+"""Receive pipeline: parse, validate, place, track SACK state, answer."""
