@@ -1,0 +1,293 @@
+"""Header parser (Amaranth simulator): every frame gives exactly one record, and the record says what
+``mrcnic.wire.decode`` says - the same verdict (reason code) and, for good and trimmed frames, the same
+field values. Frames: the codec's examples, random WRITEs, SRH-carrying frames, every malformation class,
+every truncation, trimmed packets and garbage; random stalls on both sides."""
+
+import random
+
+import pytest
+
+from mrcnic import wire
+from mrcnic.hdl.rx.parser import MAX_SRH_SEGMENT_BYTES, HeaderParser, ParseStatus
+from mrcnic.wire.examples import example_addressing, example_frames
+
+from support.pysim import run, stream_get, stream_put
+
+EXT_VIEWS = {  # codec header -> (presence flag, path of its view in the record)
+    wire.Meth: ("meth", ("write", "meth")),
+    wire.Tseth: ("tseth", ("write", "tseth")),
+    wire.Reth: ("reth", ("write", "reth")),
+    wire.ImmDt: ("imm_dt", ("write", "imm_dt")),
+    wire.Aeth: ("aeth", ("aeth",)),
+    wire.Seth: ("seth", ("sack", "seth")),
+    wire.CcState: ("cc_state", ("sack", "cc_state")),
+    wire.Neth: ("neth", ("neth",)),
+    wire.Peth: ("peth", ("peth",)),
+    wire.Erth: ("erth", ("erth",)),
+    wire.Eeth: ("eeth", ("eeth",)),
+}
+
+
+def _beats(raw, w, rng):
+    out = []
+    for i in range(0, max(len(raw), 1), w):
+        chunk = raw[i : i + w]
+        out.append(
+            {
+                "data": int.from_bytes(chunk + rng.randbytes(w - len(chunk)), "little"),
+                "keep": (1 << len(chunk)) - 1,
+                "last": int(i + w >= len(raw)),
+            }
+        )
+    return out
+
+
+def _parse(frames, w, *, stall=0.3, seed=0):
+    """Records the parser gives for the byte strings ``frames`` (one simulation, random stalls)."""
+    rng = random.Random(seed)
+    dut = HeaderParser(data_width=w)
+    records = []
+
+    async def sender(ctx):
+        for raw in frames:
+            for beat in _beats(raw, w, rng):
+                await stream_put(ctx, dut.i, beat, stall=stall, rng=rng)
+
+    async def receiver(ctx):
+        local = random.Random(seed + 1)
+        for _ in frames:
+            records.append(await stream_get(ctx, dut.header, stall=stall, rng=local))
+        for _ in range(20):  # and nothing more
+            await ctx.tick()
+            assert not ctx.get(dut.header.valid)
+
+    run(dut, sender, receiver, name=f"parser_{w}")
+    return records
+
+
+def _fields(view, header):
+    return {f.name: getattr(view, f.name) for f in header.FIELDS}, {
+        f.name: getattr(header, f.name) for f in header.FIELDS
+    }
+
+
+def _check(raw, rec, *, skip_long_srh=False):
+    try:
+        frame = wire.decode(raw)
+    except wire.WireError as error:
+        status = ParseStatus[error.reason.upper()]
+        frame = None
+    else:
+        status = ParseStatus.OK
+    if skip_long_srh and len(raw) > 55 and raw[20] == 43 and raw[55] > MAX_SRH_SEGMENT_BYTES // 8:
+        return
+    assert rec.status == status, (raw.hex(), rec.status, status)
+    assert rec.frame_length == len(raw)
+    if frame is None:
+        return
+    assert rec.srv6 == frame.srv6
+    assert rec.trimmed == frame.trimmed
+    assert (rec.dscp, rec.ecn) == (frame.network.dscp, frame.network.ecn)
+    assert rec.ce == (frame.network.ecn == wire.Ecn.CE)
+    if frame.srv6:
+        assert rec.outer_dst == frame.outer.dst
+    assert (rec.src, rec.dst, rec.flow_label) == (frame.ip.src, frame.ip.dst, frame.ip.flow_label)
+    assert rec.sport == frame.udp.sport
+    got, want = _fields(rec.bth, frame.bth)
+    assert got == want
+    for kind, (flag, path) in EXT_VIEWS.items():
+        header = frame.get(kind)
+        assert getattr(rec.present, flag) == (header is not None), kind.__name__
+        if header is not None:
+            view = rec.ext
+            for step in path:
+                view = getattr(view, step)
+            got, want = _fields(view, header)
+            assert got == want, kind.__name__
+    if not frame.trimmed:
+        assert rec.payload_offset == len(raw) - 4 - len(frame.payload)
+        assert rec.payload_length == len(frame.payload)
+
+
+def _examples(srv6):
+    return [frame.encode() for _, frame in example_frames(srv6)]
+
+
+def _random_write(rng, srv6, payload_max=600):
+    op = rng.choice([op for op in wire.Opcode if op.is_write])
+    ev = rng.getrandbits(32)
+    frame = wire.data_frame(
+        example_addressing(srv6, ev=ev),
+        ev=ev,
+        opcode=op,
+        dest_qp=rng.randrange(3, 1 << 24),
+        psn=rng.getrandbits(24),
+        msn=rng.getrandbits(16),
+        rqmsn=rng.getrandbits(16),
+        va=rng.getrandbits(64),
+        rkey=rng.getrandbits(32),
+        dma_length=rng.getrandbits(32),
+        payload=rng.randbytes(rng.randrange(0, payload_max + 1)),
+        imm=rng.getrandbits(32) if op.has_immediate else None,
+        timestamp=rng.choice([None, rng.getrandbits(16)]),
+        rtx=rng.random() < 0.5,
+        ack_req=rng.random() < 0.5,
+        ecn=rng.randrange(4),
+    )
+    return frame
+
+
+def _with_srh(frame, rng, units):
+    frame.srh = wire.Srh(segments_left=rng.randrange(4), last_entry=rng.randrange(4))
+    frame.srh_segments = rng.randbytes(8 * units)
+    return frame
+
+
+@pytest.mark.parametrize("w", [1, 4])
+def test_examples_and_random_writes_parse_like_decode(w):
+    rng = random.Random(w)
+    frames = _examples(True) if w == 1 else _examples(True) + _examples(False)
+    frames += [_random_write(rng, rng.random() < 0.5).encode() for _ in range(0 if w == 1 else 6)]
+    for raw, rec in zip(frames, _parse(frames, w, seed=w), strict=True):
+        assert wire.decode(raw)  # all good frames
+        _check(raw, rec)
+
+
+def test_srh_is_skipped():
+    w = 4
+    rng = random.Random(10 + w)
+    frames = []
+    for units in range(MAX_SRH_SEGMENT_BYTES // 8 + 1):
+        frames.append(_with_srh(_random_write(rng, True, 40), rng, units).encode())
+        _, control = rng.choice(example_frames(True)[7:])
+        frames.append(_with_srh(control.copy(), rng, units).encode())
+    # Bad SRHs: routing type, next header, and one longer than the parser skips.
+    bad = [
+        bytearray(frames[0]),
+        bytearray(frames[2]),
+        _with_srh(_random_write(rng, True, 0), rng, 9).encode(),
+    ]
+    bad[0][54 + 2] = 3
+    bad[1][54] = 17
+    frames += [bytes(b) for b in bad]
+    records = _parse(frames, w, seed=w)
+    for raw, rec in zip(frames[:-1], records, strict=False):
+        _check(raw, rec)
+    assert all(rec.status == ParseStatus.OK for rec in records[: 2 * (MAX_SRH_SEGMENT_BYTES // 8 + 1)])
+    assert records[-1].status == ParseStatus.BAD_ROUTING_HEADER  # too long for the parser
+
+
+def _malformed(srv6):
+    """The malformation classes of tb/sw/test_wire.py, on a WRITE."""
+    rng = random.Random(srv6)
+    good = _random_write(rng, srv6, 50).encode()
+    ip_at = 14 + (40 if srv6 else 0)
+    cases = []
+
+    def case(offset, value):
+        raw = bytearray(good)
+        raw[offset : offset + len(value)] = value
+        cases.append(bytes(raw))
+
+    case(12, b"\x08\x00")
+    case(ip_at, bytes([0x40 | (good[ip_at] & 0x0F)]))
+    case(14, bytes([0x40 | (good[14] & 0x0F)]))
+    case(ip_at + 6, b"\x06")
+    case(20, b"\x06")
+    case(ip_at + 42, (5000).to_bytes(2, "big"))
+    for where in (ip_at + 4, 14 + 4, ip_at + 44):  # IPv6 (inner, outer) and UDP lengths
+        for delta in (-1, 1):
+            case(where, (int.from_bytes(good[where : where + 2], "big") + delta).to_bytes(2, "big"))
+    case(ip_at + 48, b"\x04")
+    case(ip_at + 49, bytes([good[ip_at + 49] | 0x01]))
+    case(ip_at + 49, bytes([good[ip_at + 49] | 0x10]))
+    case(ip_at + 53, b"\x00\x00\x02")
+    # Control packets: a write opcode-less endpoint op to a normal QP, bytes after a control header.
+    for _, frame in example_frames(srv6)[7:]:
+        raw = frame.encode()
+        cases.append(raw[: ip_at + 53] + b"\x00\x00\x33" + raw[ip_at + 56 :])
+        extra = frame.copy()
+        extra.payload = b"\x01\x02"
+        cases.append(extra.encode())
+    return cases
+
+
+def test_malformed_frames_get_the_reason_decode_gives():
+    frames = _malformed(True) + _malformed(False)
+    reasons = set()
+    for raw, rec in zip(frames, _parse(frames, 4, seed=1), strict=True):
+        _check(raw, rec)
+        reasons.add(rec.status)
+    assert len(reasons) >= 9
+
+
+def test_truncated_at_every_byte():
+    """Every cut of an SRv6 WRITE with an SRH (every header boundary of the longest stack)."""
+    rng = random.Random(20)
+    srh = _with_srh(_random_write(rng, True, 2), rng, 2).encode()
+    frames = [srh[:cut] for cut in range(1, len(srh) + 1)]
+    for raw, rec in zip(frames, _parse(frames, 4, stall=0, seed=4), strict=True):
+        _check(raw, rec)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("w", [1, 4])
+def test_truncated_at_every_byte_all_stacks(w):
+    rng = random.Random(20 + w)
+    frames = []
+    for srv6 in (True, False) if w == 4 else (True,):
+        good = _random_write(rng, srv6, 6).encode()
+        _, sack = example_frames(srv6)[8]
+        frames += [good[:cut] for cut in range(1, len(good) + 1)]
+        frames += [sack.encode()[:cut] for cut in range(1, len(sack.encode()) + 1)]
+        if srv6:
+            srh = _with_srh(_random_write(rng, True, 2), rng, 2).encode()
+            frames += [srh[:cut] for cut in range(1, len(srh) + 1)]
+    for raw, rec in zip(frames, _parse(frames, w, stall=0.1, seed=w), strict=True):
+        _check(raw, rec)
+
+
+def _trim(frame, dscp, srv6):
+    frame.network.dscp = dscp
+    raw = frame.encode()
+    return raw[: 14 + (128 if srv6 else 88)]
+
+
+def test_trimmed_packets_parse_as_headers():
+    frames = []
+    for srv6 in (True, False):
+        frames += _trimmed(srv6)
+    records = _parse(frames, 4, seed=3)
+    for raw, rec in zip(frames, records, strict=True):
+        _check(raw, rec)
+    assert sum(rec.trimmed for rec in records) >= len(frames) - 10
+
+
+def _trimmed(srv6):
+    rng = random.Random(30 + srv6)
+    frames = []
+    for _, frame in example_frames(srv6):
+        for dscp in (wire.Dscp.TRIMMED, wire.Dscp.TRIMMED_LASTHOP):
+            frames.append(_trim(frame.copy(), dscp, srv6))
+    for _ in range(3):
+        frames.append(_trim(_random_write(rng, srv6, 200), wire.Dscp.TRIMMED, srv6))
+    good = _random_write(rng, srv6, 200)
+    good.network.dscp = wire.Dscp.TRIMMED
+    raw = good.encode()
+    frames += [raw[:cut] for cut in range(14 + (104 if srv6 else 64), 14 + (130 if srv6 else 90), 3)]
+    return frames
+
+
+def test_garbage_never_hangs_and_mutations_agree_with_decode():
+    rng = random.Random(99)
+    frames = [rng.randbytes(rng.randrange(0, 260)) for _ in range(12)]
+    sources = _examples(True) + _examples(False)
+    for _ in range(40):
+        raw = bytearray(rng.choice(sources))
+        for _ in range(rng.randrange(1, 3)):
+            raw[rng.randrange(0, min(len(raw), 160))] = rng.getrandbits(8)
+        frames.append(bytes(raw[: rng.choice([len(raw), rng.randrange(1, len(raw) + 1)])]))
+    records = _parse(frames, 4, stall=0.2, seed=5)
+    assert len(records) == len(frames)
+    for raw, rec in zip(frames, records, strict=True):
+        _check(raw, rec, skip_long_srh=True)
