@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import zlib
 
-from ..model.endpoint import FabricInfo, gid, host_mac
+from ..model.endpoint import FabricInfo, PlanePorts, gid, host_mac
 from ..model.memory import MemoryRegion
 from ..model.params import Params
 from ..model.sender import PSN_MOD, Message, ts128, unwrap
@@ -263,7 +263,7 @@ class RoceQp:
         self.endpoint.nic.send_control(self.plane, frame)
 
 
-class RoceEndpoint:
+class RoceEndpoint(PlanePorts):
     """Same environment interface as :class:`mrcnic.model.endpoint.Endpoint`."""
 
     def __init__(self, host: int, params: Params, info: FabricInfo, nic, seed: int = 1):
@@ -297,16 +297,6 @@ class RoceEndpoint:
         msg = self.qps[qpn].post(va, rkey, length, source, imm, wr_id, now)
         self.nic.wake()
         return msg
-
-    def message_placed(self, qp, msn, now) -> None:
-        if self.on_message_placed is not None:
-            self.on_message_placed(qp, msn, now)
-
-    def set_port(self, plane: int, up: bool) -> None:
-        if up:
-            self.port_up |= 1 << plane
-        else:
-            self.port_up &= ~(1 << plane)
 
     def on_frame(self, frame, plane: int, now: int) -> None:
         qp = self.qps.get(frame.bth.dest_qp)

@@ -22,7 +22,7 @@ from .params import Params
 from .receiver import Receiver
 from .sender import Sender
 
-__all__ = ["Endpoint", "FabricInfo", "Qp", "gid", "host_mac"]
+__all__ = ["Endpoint", "FabricInfo", "PlanePorts", "Qp", "gid", "host_mac"]
 
 
 def gid(host: int) -> int:
@@ -111,7 +111,26 @@ class Qp:
         self.endpoint.nic.wake()
 
 
-class Endpoint:
+class PlanePorts:
+    """What every endpoint kind (MRC here, RoCE in the fabric's baseline) shares: one port per plane with
+    an up/down bit (``port_up``), and the callback told when a whole message has been placed."""
+
+    port_up: int
+    on_message_placed = None  # callback(qp, msn, now)
+
+    def message_placed(self, qp, msn: int, now: int) -> None:
+        if self.on_message_placed is not None:
+            self.on_message_placed(qp, msn, now)
+
+    def set_port(self, plane: int, up: bool) -> None:
+        """Port (plane) status: a down port's EVs are not used (they are passed like a busy port)."""
+        if up:
+            self.port_up |= 1 << plane
+        else:
+            self.port_up &= ~(1 << plane)
+
+
+class Endpoint(PlanePorts):
     def __init__(self, host: int, params: Params, info: FabricInfo, nic, seed: int = 1):
         self.host = host
         self.params = params
@@ -152,20 +171,9 @@ class Endpoint:
         self.nic.wake()
         return msg
 
-    def message_placed(self, qp: Qp, msn: int, now: int) -> None:
-        if self.on_message_placed is not None:
-            self.on_message_placed(qp, msn, now)
-
     def message_acked(self, qp: Qp, msg, now: int) -> None:
         if self.on_message_acked is not None:
             self.on_message_acked(qp, msg, now)
-
-    def set_port(self, plane: int, up: bool) -> None:
-        """Port (plane) status: a down port's EVs are not used (they are passed like a busy port)."""
-        if up:
-            self.port_up |= 1 << plane
-        else:
-            self.port_up &= ~(1 << plane)
 
     # -- datapath --------------------------------------------------------------------------------
     def on_frame(self, frame, plane: int, now: int) -> None:
