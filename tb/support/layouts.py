@@ -13,4 +13,4 @@ def pack(layout, fields) -> int:
 
 def unpack(layout, value: int):
     """A read-only view of the integer ``value`` laid out as ``layout`` (fields as attributes)."""
-    return data.Layout.cast(layout).const(int(value))
+    return data.Const(data.Layout.cast(layout), int(value))

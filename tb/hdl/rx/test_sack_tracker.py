@@ -11,7 +11,7 @@ import random
 import pytest
 from amaranth.back import verilog
 
-from mrcnic.hdl.rx.sack_tracker import STATS, SackTracker, Verdict
+from mrcnic.hdl.rx.sack_tracker import STATS, ArrivalMode, SackTracker, Verdict
 from mrcnic.model.receiver import sack_base
 
 from support.pysim import run, stream_get, stream_put
@@ -19,6 +19,7 @@ from support.pysim import run, stream_get, stream_put
 M = 1 << 24
 HALF = 1 << 23
 NEW, DUP, OOW = Verdict.NEW, Verdict.DUPLICATE, Verdict.OUT_OF_WINDOW
+MARK, CLASSIFY, PROBE = ArrivalMode.MARK, ArrivalMode.CLASSIFY, ArrivalMode.PROBE
 FIELDS = (
     "qp",
     "psn",
@@ -57,10 +58,14 @@ class RefQP:
         self.rcvd: set[int] = set()  # received PSNs above cack
         self.nbytes = 0
 
-    def arrive(self, qp: int, psn: int, length: int) -> dict:
+    def arrive(self, qp: int, psn: int, length: int, mode=MARK) -> dict:
+        if mode == PROBE:
+            psn = (self.cack + 1) % M
         d = (psn - self.cack) % M
         opened = advanced = False
-        if 1 <= d <= self.w and psn not in self.rcvd:
+        if 1 <= d <= self.w and psn not in self.rcvd and mode != MARK:
+            kind = NEW  # classified only: nothing changes
+        elif 1 <= d <= self.w and psn not in self.rcvd:
             kind = NEW
             ahead = (psn - self.max_rcvd) % M
             opened = 2 <= ahead < HALF  # p > max_rcvd + 1
@@ -114,17 +119,18 @@ class Ref:
     def configure(self, qp: int, initial_psn: int) -> None:
         self.qp[qp] = RefQP(self.window, initial_psn)
 
-    def arrive(self, qp: int, psn: int, length: int) -> dict:
+    def arrive(self, qp: int, psn: int, length: int, mode=MARK) -> dict:
         cack = self.qp[qp].cack
-        v = self.qp[qp].arrive(qp, psn, length)
-        self.stats["duplicates"] += v["kind"] == DUP
-        self.stats["out_of_window"] += v["kind"] == OOW
-        self.stats["out_of_order"] += v["kind"] == NEW and psn != (cack + 1) % M
+        v = self.qp[qp].arrive(qp, psn, length, mode)
+        counted = mode != PROBE
+        self.stats["duplicates"] += counted and v["kind"] == DUP
+        self.stats["out_of_window"] += counted and v["kind"] == OOW
+        self.stats["out_of_order"] += mode == MARK and v["kind"] == NEW and psn != (cack + 1) % M
         return v
 
 
 def simulate(qps: int, window: int, ops, *, rng: random.Random, stall: float = 0.3):
-    """Run ``ops`` (("cfg", qp, initial_psn) or ("arr", qp, psn, length)) in order; verdicts, stats."""
+    """Run ``ops`` (("cfg", qp, initial_psn) or ("arr", qp, psn, length, mode)) in order; verdicts, stats."""
     dut = SackTracker(qps, window)
     n_arr = sum(op[0] == "arr" for op in ops)
     verdicts, stats = [], {}
@@ -135,7 +141,8 @@ def simulate(qps: int, window: int, ops, *, rng: random.Random, stall: float = 0
                 payload = {"qp": op[1], "initial_psn": op[2]}
                 await stream_put(ctx, dut.configure, payload, stall=stall, rng=rng)
             else:
-                payload = {"qp": op[1], "psn": op[2], "length": op[3]}
+                mode = op[4] if len(op) > 4 else MARK
+                payload = {"qp": op[1], "psn": op[2], "length": op[3], "mode": mode}
                 await stream_put(ctx, dut.arrival, payload, stall=stall, rng=rng)
 
     async def consumer(ctx):
@@ -205,8 +212,9 @@ def random_ops(rng: random.Random, qps: int, window: int, arrivals: int):
             off = HALF + rng.randint(-70, 70)  # around the 2^23 boundary
         psn = (cack + off) % M
         length = rng.choice([0, 1, 64, 255, 256, 1024, 4096, rng.randrange(1 << 16)])
-        ops.append(("arr", qp, psn, length))
-        ref.arrive(qp, psn, length)
+        mode = rng.choices([MARK, CLASSIFY, PROBE], [0.85, 0.1, 0.05])[0]
+        ops.append(("arr", qp, psn, length, mode))
+        ref.arrive(qp, psn, length, mode)
     return ops, sequences
 
 
@@ -304,3 +312,17 @@ def test_parameters_and_verilog():
     text = verilog.convert(SackTracker(qps=4, window=64), name="sack_tracker", emit_src=False)
     for port in ("arrival__valid", "configure__ready", "verdict__payload", "stat_out_of_order"):
         assert port in text
+
+
+def test_classify_and_probe_leave_the_state_alone():
+    ops = [("cfg", 0, 100), ("arr", 0, 100, 0), ("arr", 0, 103, 500, CLASSIFY), ("arr", 0, 103, 5)]
+    ops += [("arr", 0, 99, 0, CLASSIFY), ("arr", 0, 77777, 9, PROBE), ("arr", 0, 101, 1)]
+    v, stats = directed(ops)
+    # a trimmed new PSN is reported NEW but not marked: the real arrival later is NEW again
+    assert (v[1]["kind"], v[1]["cack"], v[1]["ooo_count"], v[1]["sack_bitmap"]) == (NEW, 100, 0, 0x1F)
+    assert (v[2]["kind"], v[2]["ooo_count"], v[2]["rcvd_bytes"], v[2]["sack_bitmap"]) == (NEW, 1, 0, 0x9F)
+    assert v[3]["kind"] == DUP
+    # a probe stands for cack + 1 = 101: base align8(101) = 96
+    assert (v[4]["psn"], v[4]["kind"], v[4]["sack_offset"], v[4]["sack_bitmap"]) == (101, NEW, -4, 0x9F)
+    assert (v[5]["cack"], v[5]["ooo_count"]) == (101, 1)
+    assert stats == {"duplicates": 1, "out_of_window": 0, "out_of_order": 1}

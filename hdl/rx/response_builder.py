@@ -1,0 +1,341 @@
+"""Response builder: one SACK, NACK or transport-ACK record in, the complete control frame out.
+
+Ref: docs/protocol.md §2.1/§2.2 (header stacks), §2.3 (control frame lengths), §2.5 (IPv6/UDP/Ethernet
+values on transmit), §4 (SETH, CC_STATE, NETH, AETH field tables), §5.1 (EV in UDP sport and flow
+label), §5.3 (route-template specialisation), §5.8 (reverse-path rule), §7.2 (SACK fields, probe
+answers with PR = 1), §7.3 (NETH fields), §7.4 (AETH), §8 (ICRC), §9.1 (DSCP CONTROL, ECN Not-ECT).
+The Python definition is ``mrcnic.wire.build.control_frame`` (every frame is byte-identical to it).
+
+Another block decides *when* to answer and *what*; this one turns the record into bytes:
+
+    Ethernet | [outer IPv6] | IPv6 | UDP | BTH (PSN 0) | SETH + CC_STATE  /  NETH  /  AETH | ICRC
+
+Members (W = ``data_width`` bytes per beat, P = ``planes``):
+
+* ``response``: In, :func:`response_layout` ``{opcode, ev, dest, peer_qpn, peer_gid, own_qpn, seth,
+  cc, neth, aeth}``. ``opcode`` is ``Opcode.SACK``, ``NACK`` or ``ACK``; only the blocks of that opcode
+  are used (SACK: ``seth`` + ``cc``; NACK: ``neth``; ACK: ``aeth``). ``ev`` is the EV being answered,
+  echoed unchanged in the SETH/NETH ``entropy`` field. ``dest`` indexes this block's route-template
+  table (SRv6 mode only). SPDCID/DPDCID = ``own_qpn[15:0]`` / ``peer_qpn[15:0]``; CC type/flags, MPR,
+  vendor info, restore_cwnd and rcv_cwnd_pen are 0; CC_STATE ``ooo_count`` (16 bits in) saturates at
+  0x7FFF (§7.2). A record with any other opcode is dropped and counted (``stat_bad_opcode``).
+* ``config``: In, ``tx_config_layout(P)`` (``srv6``, ``udp_port``, ``pkey``, ``hop_limit``,
+  ``own_gid``, ``port_mac[p]``, ``next_hop_mac[p]``, ``port_address[p]``; ``dscp_data``/``dscp_retx``
+  are not used). ``dscp_control``: In(6), default ``Dscp.CONTROL``. ``port_up``: In(P), default all up.
+* ``route_configure``: In, ``{dest, template: RouteTemplateLayout}``: writes one route template (same
+  meaning as ``SourceRouter.configure``). Writes take priority over records.
+* ``o``: Out, ``{data, keep, last, plane}``: the frame with its ICRC, packed (every beat full but the
+  last), ``plane`` constant over a frame. Frames leave in record order.
+* ``stat_sacks``, ``stat_nacks``, ``stat_acks`` (frames built), ``stat_no_plane`` (records dropped
+  because no port was up), ``stat_bad_opcode``: Out(32), wrapping.
+
+Reverse-path rule (§5.8). The plane the EV names is ``ev[31:29] mod P`` (P is 1, 2 or 4, so these are
+the low bits of the field; an EV naming plane >= P from a peer with more planes lands on a port this
+NIC has). If ``port_up`` has that port down, the lowest-numbered up port is used instead; if none is
+up, the record is dropped and counted. The EV that addresses the frame - the route specialisation and
+the UDP sport / flow label - is ``ev`` with its plane field replaced by the port actually used, so the
+frame's own EV always names its plane (it equals ``ev`` whenever ``ev[31:29]`` is an up port < P).
+SRv6 mode: outer SA = ``port_address[plane]``, outer DA = the template of ``dest`` specialised with
+that EV, inner SA/DA = ``own_gid`` / ``peer_gid``. Single mode: SA/DA = ``own_gid`` / ``peer_gid``.
+Ethernet src/dst = ``port_mac[plane]`` / ``next_hop_mac[plane]``. ``port_up`` is sampled when the
+record is taken.
+
+Timing. A record is taken into a one-entry stage while its template is read (one cycle); the header
+is then built combinationally and loaded into a shift register that emits W bytes per beat. The next
+header loads in the cycle the previous one's last beat leaves, so the emitter has no gaps, and the
+next record is taken in that same cycle. An ``IcrcInserter`` appends the ICRC (skip 54 in SRv6 mode,
+14 in single mode; it may add one beat), and a FIFO of ``plane_fifo_depth`` entries carries each
+frame's plane from header load to the frame's last output beat (enough frames in flight to cover the
+inserter's latency with 3-beat frames at W = 32). Measured with records back to back and the output
+always ready: after the first frame (whose tail waits once for the ICRC engine), 0 idle cycles
+between frames at W = 8 and W = 32, both modes (``test_back_to_back_frames_have_few_idle_cycles``).
+"""
+
+from amaranth import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from mrcnic.wire.constants import ETHERTYPE_IPV6, IPPROTO_IPV6, IPPROTO_UDP, Dscp, Ecn, Opcode
+
+from .. import headers as hdr
+from ..tx.header_builder import tx_config_layout
+from ..tx.icrc_inserter import IcrcInserter
+from ..tx.layouts import bits_for
+from ..tx.source_router import RouteTemplateLayout, specialise
+
+__all__ = ["MAX_FRAME_BYTES", "ResponseBuilder", "output_layout", "response_layout"]
+
+# Extension bytes after the BTH: SETH + CC_STATE (28 + 8), NETH (20), AETH (4).
+EXT_BYTES = {Opcode.SACK: 36, Opcode.NACK: 20, Opcode.ACK: 4}
+# Largest frame without ICRC: SRv6 SACK (§2.3: 154 bytes with the ICRC).
+MAX_FRAME_BYTES = 14 + 40 + 40 + 8 + 12 + max(EXT_BYTES.values())
+OOO_COUNT_MAX = 0x7FFF  # CC_STATE ooo_count is 15 bits on the wire, saturating (§7.2)
+
+
+def response_layout(qps: int, destinations: int) -> data.StructLayout:
+    """One control packet to send (see the module docstring for which fields each opcode uses).
+
+    ``qps`` does not change the layout (records carry full 24-bit QPNs); it is taken so every RX
+    record layout has the same signature.
+    """
+    del qps
+    return data.StructLayout(
+        {
+            "opcode": 8,  # Opcode.SACK / NACK / ACK
+            "ev": 32,  # EV being answered, echoed as SETH/NETH entropy
+            "dest": bits_for(destinations),  # route-template index of the peer (SRv6 mode)
+            "peer_qpn": 24,
+            "peer_gid": 128,
+            "own_qpn": 24,
+            "seth": data.StructLayout(
+                {
+                    "m": 2,
+                    "pr": 1,
+                    "ack_psn_offset": signed(16),  # PR = 1: the probe id's 16 bits
+                    "cack_psn": 24,
+                    "sack_offset": signed(16),
+                    "sack_bitmap": 64,
+                }
+            ),
+            "cc": data.StructLayout({"tx_timestamp": 16, "ooo_count": 16, "rcvd_bytes": 24}),
+            "neth": data.StructLayout({"nack_reason": 8, "nack_psn": 24, "tx_timestamp": 16}),
+            "aeth": hdr.Aeth,
+        }
+    )
+
+
+def output_layout(data_width: int, planes: int) -> data.StructLayout:
+    """A frame beat with the plane port it goes out on."""
+    return data.StructLayout(
+        {"data": 8 * data_width, "keep": data_width, "last": 1, "plane": bits_for(planes)}
+    )
+
+
+class ResponseBuilder(wiring.Component):
+    """Parameters: ``data_width`` (bytes per beat, a power of two >= 4: the ICRC inserter's minimum),
+    ``planes`` (1, 2 or 4), ``qps``, ``destinations`` (route-template table size),
+    ``plane_fifo_depth`` (frames between header load and output). Members: see the module docstring."""
+
+    def __init__(self, *, data_width: int, planes: int, qps: int, destinations: int, plane_fifo_depth=8):
+        if planes not in (1, 2, 4):
+            raise ValueError(f"planes must be 1, 2 or 4, not {planes}")
+        self.data_width, self.planes, self.qps, self.destinations = data_width, planes, qps, destinations
+        self.plane_fifo_depth = plane_fifo_depth
+        self._response_layout = response_layout(qps, destinations)
+        dest_bits = bits_for(destinations)
+        super().__init__(
+            {
+                "response": In(stream.Signature(self._response_layout)),
+                "config": In(tx_config_layout(planes)),
+                "dscp_control": In(6, init=Dscp.CONTROL),
+                "port_up": In(planes, init=(1 << planes) - 1),
+                "route_configure": In(
+                    stream.Signature(data.StructLayout({"dest": dest_bits, "template": RouteTemplateLayout}))
+                ),
+                "o": Out(stream.Signature(output_layout(data_width, planes))),
+                "stat_sacks": Out(32),
+                "stat_nacks": Out(32),
+                "stat_acks": Out(32),
+                "stat_no_plane": Out(32),
+                "stat_bad_opcode": Out(32),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        w, planes = self.data_width, self.planes
+        cfg = self.config
+        plane_bits = bits_for(planes)
+
+        m.submodules.templates = templates = memory.Memory(
+            shape=RouteTemplateLayout, depth=self.destinations, init=[]
+        )
+        write = templates.write_port()
+        read = templates.read_port(domain="sync")
+        m.d.comb += [
+            write.addr.eq(self.route_configure.payload.dest),
+            write.data.eq(self.route_configure.payload.template),
+            write.en.eq(self.route_configure.valid),
+            self.route_configure.ready.eq(1),
+        ]
+
+        # -- 1. reverse-path rule (§5.8) on the incoming record: which port, and the EV naming it.
+        rec_in = self.response.payload
+        asked = Signal(plane_bits)
+        if planes > 1:
+            m.d.comb += asked.eq(rec_in.ev[29 : 29 + (planes - 1).bit_length()])  # ev[31:29] mod P
+        up = self.port_up
+        lowest_up = Signal(plane_bits)
+        for p in reversed(range(planes)):  # priority: the last assignment (lowest p) wins
+            with m.If(up[p]):
+                m.d.comb += lowest_up.eq(p)
+        chosen = Signal(plane_bits)
+        m.d.comb += chosen.eq(Mux(up.bit_select(asked, 1), asked, lowest_up))
+        known = (
+            (rec_in.opcode == Opcode.SACK) | (rec_in.opcode == Opcode.NACK) | (rec_in.opcode == Opcode.ACK)
+        )
+
+        # -- 2. the one-entry stage: the record, its port and EV, while the template is read.
+        held = Signal()
+        rec = Signal(self._response_layout)
+        plane = Signal(plane_bits)
+        route_ev = Signal(32)
+        load = Signal()
+        accept = Signal()
+        m.d.comb += [
+            # Configuration writes are rare: they go first (a record never reads a half-written entry).
+            self.response.ready.eq((~held | load) & ~self.route_configure.valid),
+            accept.eq(self.response.valid & self.response.ready),
+            read.addr.eq(rec_in.dest),
+            read.en.eq(accept),
+        ]
+        with m.If(load):
+            m.d.sync += held.eq(0)
+        with m.If(accept):
+            with m.If(~known):
+                m.d.sync += self.stat_bad_opcode.eq(self.stat_bad_opcode + 1)
+            with m.Elif(up == 0):
+                m.d.sync += self.stat_no_plane.eq(self.stat_no_plane + 1)
+            with m.Else():
+                m.d.sync += [
+                    held.eq(1),
+                    rec.eq(rec_in),
+                    plane.eq(chosen),
+                    route_ev.eq(Cat(rec_in.ev[:29], chosen, Const(0, 3 - plane_bits))),
+                ]
+
+        # -- 3. the header stack of the held record, combinationally (§2.5, §4, §7.2-§7.4).
+        is_sack = rec.opcode == Opcode.SACK
+        is_nack = rec.opcode == Opcode.NACK
+        ext_len = Signal(range(MAX_FRAME_BYTES + 1))
+        with m.If(is_sack):
+            m.d.comb += ext_len.eq(EXT_BYTES[Opcode.SACK])
+        with m.Elif(is_nack):
+            m.d.comb += ext_len.eq(EXT_BYTES[Opcode.NACK])
+        with m.Else():
+            m.d.comb += ext_len.eq(EXT_BYTES[Opcode.ACK])
+        l4_length = Signal(16)
+        m.d.comb += l4_length.eq(8 + 12 + ext_len + 4)  # UDP .. extension headers + ICRC (§2.1)
+
+        eth = Signal(hdr.Ethernet)
+        outer = Signal(hdr.Ipv6)
+        inner = Signal(hdr.Ipv6)
+        udp = Signal(hdr.Udp)
+        bth = Signal(hdr.Bth)
+        seth = Signal(hdr.Seth)
+        cc = Signal(hdr.CcState)
+        neth = Signal(hdr.Neth)
+        aeth = Signal(hdr.Aeth)
+        template = data.View(RouteTemplateLayout, read.data)
+        m.d.comb += [
+            eth.dst.eq(cfg.next_hop_mac[plane]),
+            eth.src.eq(cfg.port_mac[plane]),
+            eth.ethertype.eq(ETHERTYPE_IPV6),
+            outer.version.eq(6),
+            outer.dscp.eq(self.dscp_control),
+            outer.ecn.eq(Ecn.NOT_ECT),
+            outer.flow_label.eq(route_ev[16:32]),
+            outer.payload_length.eq(l4_length + 40),
+            outer.next_header.eq(IPPROTO_IPV6),
+            outer.hop_limit.eq(cfg.hop_limit),
+            outer.src.eq(cfg.port_address[plane]),
+            outer.dst.eq(specialise(m, template, route_ev)),
+            inner.version.eq(6),
+            inner.dscp.eq(self.dscp_control),
+            inner.ecn.eq(Ecn.NOT_ECT),
+            inner.flow_label.eq(route_ev[16:32]),
+            inner.payload_length.eq(l4_length),
+            inner.next_header.eq(IPPROTO_UDP),
+            inner.hop_limit.eq(cfg.hop_limit),
+            inner.src.eq(cfg.own_gid),
+            inner.dst.eq(rec.peer_gid),
+            udp.sport.eq(route_ev[:16]),
+            udp.dport.eq(cfg.udp_port),
+            udp.length.eq(l4_length),
+            bth.opcode.eq(rec.opcode),
+            bth.pkey.eq(cfg.pkey),
+            bth.dest_qp.eq(rec.peer_qpn),  # PSN 0, no flags: control packets carry no sequence number
+            seth.m.eq(rec.seth.m),
+            seth.pr.eq(rec.seth.pr),
+            seth.ack_psn_offset.eq(rec.seth.ack_psn_offset),
+            seth.entropy.eq(rec.ev),  # the answered EV, never modified
+            seth.spdcid.eq(rec.own_qpn[:16]),
+            seth.dpdcid.eq(rec.peer_qpn[:16]),
+            seth.cack_psn.eq(rec.seth.cack_psn),
+            seth.sack_offset.eq(rec.seth.sack_offset),
+            seth.sack_bitmap.eq(rec.seth.sack_bitmap),
+            cc.tx_timestamp.eq(rec.cc.tx_timestamp),
+            cc.ooo_count.eq(Mux(rec.cc.ooo_count > OOO_COUNT_MAX, OOO_COUNT_MAX, rec.cc.ooo_count)),
+            cc.rcvd_bytes.eq(rec.cc.rcvd_bytes),
+            neth.nack_reason.eq(rec.neth.nack_reason),
+            neth.entropy.eq(rec.ev),
+            neth.spdcid.eq(rec.own_qpn[:16]),
+            neth.dpdcid.eq(rec.peer_qpn[:16]),
+            neth.nack_psn.eq(rec.neth.nack_psn),
+            neth.tx_timestamp.eq(rec.neth.tx_timestamp),
+            aeth.eq(rec.aeth),
+        ]
+        ext = Signal(8 * max(EXT_BYTES.values()))
+        with m.If(is_sack):
+            m.d.comb += ext.eq(Cat(hdr.to_wire(seth), hdr.to_wire(cc)))
+        with m.Elif(is_nack):
+            m.d.comb += ext.eq(hdr.to_wire(neth))
+        with m.Else():
+            m.d.comb += ext.eq(hdr.to_wire(aeth))
+        after_ip = Cat(hdr.to_wire(udp), hdr.to_wire(bth), ext)
+        srv6_bytes = Cat(hdr.to_wire(eth), hdr.to_wire(outer), hdr.to_wire(inner), after_ip)
+        single_bytes = Cat(hdr.to_wire(eth), hdr.to_wire(inner), after_ip)
+        frame_length = Mux(cfg.srv6, 14 + 80 + 20, 14 + 40 + 20) + ext_len
+
+        # -- 4. emit: a shift register of whole beats, W bytes out per beat, every beat full but the last.
+        header_beats = -(-MAX_FRAME_BYTES // w)
+        shifter = Signal(8 * w * header_beats)
+        remaining = Signal(range(MAX_FRAME_BYTES + 1))  # bytes still to send; 0 = idle
+        m.submodules.icrc = icrc = IcrcInserter(data_width=w)
+        beat_out = icrc.i
+        last_beat = remaining <= w
+        m.d.comb += [
+            icrc.skip.eq(Mux(cfg.srv6, 54, 14)),  # the outer IPv6 header is not covered (§8)
+            beat_out.valid.eq(remaining != 0),
+            beat_out.payload.data.eq(shifter[: 8 * w]),
+            beat_out.payload.keep.eq(Mux(last_beat, (Const(1, w + 1) << remaining) - 1, (1 << w) - 1)),
+            beat_out.payload.last.eq(last_beat),
+        ]
+        with m.If(beat_out.valid & beat_out.ready):
+            m.d.sync += [
+                shifter.eq(shifter >> (8 * w)),
+                remaining.eq(Mux(last_beat, 0, remaining - w)),
+            ]
+
+        # Each frame's plane rides in a FIFO from header load to the frame's last output beat.
+        m.submodules.planes = plane_fifo = fifo.SyncFIFO(width=plane_bits, depth=self.plane_fifo_depth)
+        emitter_free = (remaining == 0) | (beat_out.valid & beat_out.ready & last_beat)
+        m.d.comb += [
+            load.eq(held & emitter_free & plane_fifo.w_rdy),
+            plane_fifo.w_en.eq(load),
+            plane_fifo.w_data.eq(plane),
+        ]
+        with m.If(load):  # after the shift above: the new frame wins in the cycle the old one ends
+            m.d.sync += [
+                shifter.eq(Mux(cfg.srv6, srv6_bytes, single_bytes)),
+                remaining.eq(frame_length),
+            ]
+            with m.If(is_sack):
+                m.d.sync += self.stat_sacks.eq(self.stat_sacks + 1)
+            with m.Elif(is_nack):
+                m.d.sync += self.stat_nacks.eq(self.stat_nacks + 1)
+            with m.Else():
+                m.d.sync += self.stat_acks.eq(self.stat_acks + 1)
+
+        # -- 5. output: the ICRC inserter's beats with the plane of their frame.
+        framed = icrc.o
+        m.d.comb += [
+            self.o.valid.eq(framed.valid & plane_fifo.r_rdy),
+            self.o.payload.data.eq(framed.payload.data),
+            self.o.payload.keep.eq(framed.payload.keep),
+            self.o.payload.last.eq(framed.payload.last),
+            self.o.payload.plane.eq(plane_fifo.r_data),
+            framed.ready.eq(self.o.ready & plane_fifo.r_rdy),
+            plane_fifo.r_en.eq(self.o.valid & self.o.ready & framed.payload.last),
+        ]
+        return m
