@@ -150,7 +150,8 @@ class DmaReader(wiring.Component):
         ]
         # The same quantities after a non-final burst, to register `final` one burst ahead.
         to_boundary_after = Mux(reaches_boundary, beats_per_boundary, cur_to_boundary - max_burst)
-        limit_after = Mux(reaches_boundary, max_burst, cur_to_boundary - max_burst)
+        # any width: a page may hold fewer than 256 beats (W > 16) or more than two bursts (W < 8)
+        limit_after = Mux(to_boundary_after <= max_burst, to_boundary_after, max_burst)
         beats_after = cur_beats - limit
 
         axi = self.axi

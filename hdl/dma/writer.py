@@ -206,10 +206,8 @@ class DmaWriter(wiring.Component):
             burst.eq(Mux(final, cur_beats, limit)),
         ]
         to_boundary_after = Mux(reaches_boundary, beats_per_boundary, cur_to_boundary - max_burst)
-        if beats_per_boundary <= 2 * max_burst:  # W >= 8: at most two bursts per page
-            limit_after = Mux(reaches_boundary, max_burst, cur_to_boundary - max_burst)
-        else:  # narrower: a page takes more than two bursts, so clamp the rest of the page too
-            limit_after = Mux(to_boundary_after <= max_burst, to_boundary_after, max_burst)
+        # any width: a page may hold fewer than 256 beats (W > 16) or more than two bursts (W < 8)
+        limit_after = Mux(to_boundary_after <= max_burst, to_boundary_after, max_burst)
         beats_after = cur_beats - limit
 
         aw_free = ~axi.awvalid | axi.awready

@@ -177,13 +177,14 @@ def pattern_byte(addr: int) -> int:
     return (addr * 0x9E3779B1 >> 11 ^ addr >> 3) & 0xFF
 
 
-@pytest.mark.parametrize("width", [8, 32])
+@pytest.mark.parametrize("width", [8, 32, 64])  # 64: a command can touch three 4 KiB pages
 def test_pysim_random_commands(width):
     seed = random.randrange(1 << 30)
     print(f"seed {seed}")
     rng = random.Random(seed)
     commands = [random_command(rng, width) for _ in range(60)]
     commands += [(4096 - 3, 10), (0x10000, 4096), (0x10000 - width, MAX_LENGTH), (7, 1)]  # fixed corners
+    commands += [(0x20000 - 1, MAX_LENGTH)]  # last byte of a page first: three pages when W = 64
     commands += [(rng.randrange(TOP_ADDR), length) for length in (0, MAX_LENGTH + 1, 0xFFFF)]  # rejected
     rng.shuffle(commands)
     # Poison a few words that commands read.

@@ -30,6 +30,7 @@ from amaranth import Module
 from amaranth.back import verilog
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.sim import Simulator
 from cocotb.clock import Clock
 from cocotb.simtime import get_sim_time
 from cocotb.triggers import RisingEdge
@@ -41,7 +42,7 @@ from mrcnic.hdl.dma.writer import DmaWriter, dma_write_command_layout, dma_write
 from mrcnic.hdl.stream import AxiStreamSignature
 
 from support.cocotb_runner import dut_params, run_cocotb
-from support.pysim import run, stream_get, stream_put
+from support.pysim import stream_get, stream_put
 
 MAX_LENGTH = 4096 + 64
 TOP = 1 << 64
@@ -162,6 +163,7 @@ class PysimAxiWriteSlave:
         self.pause, self.fail, self.strict, self.latency = pause, set(fail), strict, latency
         self.bursts = []  # (addr, beats) of every AW, in order
         self.w_cycles = []  # cycle of every W beat
+        self.b_cycles = []  # cycle of every B response
         self.max_outstanding = 0  # bursts accepted on AW and not yet answered on B
 
     async def process(self, ctx):
@@ -218,6 +220,7 @@ class PysimAxiWriteSlave:
                     responses.append((cycle + self.latency - 1, AxiResp.SLVERR if burst[3] else AxiResp.OKAY))
             if b_current is not None and bvalid and bready:
                 b_current = None
+                self.b_cycles.append(cycle)
                 answered += 1
             assert len(w_beats) < 4096, "W beats without an AW"
 
@@ -256,7 +259,7 @@ def random_payload_commands(rng, width, count, regions, *, mismatch=0.0, reject=
     return commands
 
 
-def run_pysim(commands, width, rng, memory, *, fail_rate=0.0, strict=False, stall=0.3, pause=0.3, name="sim",
+def run_pysim(commands, width, rng, memory, *, fail_rate=0.0, strict=False, stall=0.3, pause=0.3,
               max_outstanding=16):  # fmt: skip
     """Run ``commands`` through a DmaWriter against the checking slave; compare everything."""
     want_bursts = []  # (addr, beats, command index)
@@ -302,18 +305,43 @@ def run_pysim(commands, width, rng, memory, *, fail_rate=0.0, strict=False, stal
         for name in ("commands", "bytes", "write_errors", "rejected", "length_mismatch"):
             stats[name] = ctx.get(getattr(dut, f"stat_{name}"))
 
+    done_cycles = []
+
+    async def watch_done(ctx):  # counts cycles like the slave, so the two can be compared
+        cycle = 0
+        async for _, _, valid, ready in ctx.tick().sample(dut.done.valid, dut.done.ready):
+            cycle += 1
+            if valid and ready:
+                done_cycles.append(cycle)
+
     beats = sum(len(data_beats(c.payload, width)) + 2 for c in commands)
-    run(dut, feed_commands, feed_data, drain, processes=[slave.process], name=name, deadline=(20 * beats + 5000) * 1e-8)
+    # Like support.pysim.run, but a stuck writer fails the test instead of hanging it.
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    for process in (slave.process, watch_done):
+        sim.add_process(process)
+    for bench in (feed_commands, feed_data, drain):
+        sim.add_testbench(bench)
+    steps = 0
+    while sim.advance() and steps < 60 * beats + 20000:  # a few simulator steps per cycle
+        steps += 1
     assert len(done) == len(commands) and stats, f"stuck after {len(done)} of {len(commands)} commands"
 
-    assert slave.bursts == [(a, b) for a, b, _ in want_bursts]
+    for k, (got, (addr, beats, n)) in enumerate(zip(slave.bursts, want_bursts, strict=False)):
+        if got != (addr, beats):
+            raise AssertionError(f"burst {k} (command {n}, {commands[n]}): {got}, expected {(addr, beats)}")
+    assert len(slave.bursts) == len(want_bursts), (len(slave.bursts), len(want_bursts))
     for base, mem in model.regions.items():
         got = memory.regions[base]
         if got != mem:
             k = next(k for k in range(len(mem)) if got[k] != mem[k])
             raise AssertionError(f"memory differs at {base + k:#x}: {got[k]:#x}, expected {mem[k]:#x}")
+    # `done` is a fence: it comes only after the B response of the command's final burst.
+    last_burst = {n: k for k, (_, _, n) in enumerate(want_bursts)}
+    for n, k in last_burst.items():
+        assert done_cycles[n] > slave.b_cycles[k], f"done of command {n} before its last B response"
     want_errors = [int(c.rejected or c.mismatch or n in failed_commands) for n, c in enumerate(commands)]
-    assert done == want_errors
+    assert done == want_errors, f"done errors {done}, expected {want_errors}"
     assert stats == {
         "commands": len(commands),
         "bytes": sum(c.length for c, e in zip(commands, want_errors, strict=True) if not e),
@@ -327,13 +355,15 @@ def run_pysim(commands, width, rng, memory, *, fail_rate=0.0, strict=False, stal
 REGIONS = [(0x7_FFFF_E000, 3 * 16384), (0x1234_0000_0000 + 1, 9000), (TOP - 12288, 12288)]
 
 
-@pytest.mark.parametrize(("width", "strict"), [(8, False), (8, True), (32, False), (4, True), (1, False)])
+@pytest.mark.parametrize(
+    ("width", "strict"), [(8, False), (8, True), (32, False), (64, False), (4, True), (1, False)]
+)
 def test_pysim_random_commands(width, strict):
     """Random commands, stalls everywhere, injected SLVERR, a few rejected or mismatched commands."""
     seed = int(os.environ.get("SEED") or random.randrange(1 << 30))
     print(f"seed {seed} (SEED={seed} reproduces)")
     rng = random.Random(seed)
-    count = 45 if width > 1 else 20
+    count = {1: 6, 4: 20}.get(width, 45)
     commands = random_payload_commands(rng, width, count, REGIONS, mismatch=0.1, reject=0.06)
     top = TOP - 12288
     commands += [
@@ -344,9 +374,7 @@ def test_pysim_random_commands(width, strict):
     ]
     rng.shuffle(commands)
     memory = Regions(REGIONS, rng)
-    slave, stats = run_pysim(
-        commands, width, rng, memory, fail_rate=0.04, strict=strict, name=f"dma_writer_{width}"
-    )
+    slave, stats = run_pysim(commands, width, rng, memory, fail_rate=0.04, strict=strict)
     print(stats, f"max outstanding bursts {slave.max_outstanding}")
     assert stats["rejected"] >= 1 and slave.max_outstanding > 1
 
@@ -373,7 +401,7 @@ def test_pysim_rejects_and_mismatches():
         Command(TOP - 16, 16, rng.randbytes(16)),  # good, the last 16 bytes of the address space
     ]
     memory = Regions(REGIONS, rng)
-    _, stats = run_pysim(commands, width, rng, memory, name="dma_writer_mismatch")
+    _, stats = run_pysim(commands, width, rng, memory)
     assert stats["rejected"] == 4 and stats["length_mismatch"] == 7 and stats["write_errors"] == 0
 
 
@@ -383,7 +411,7 @@ def test_pysim_slverr():
     rng = random.Random(9)
     commands = random_payload_commands(rng, width, 30, REGIONS[:1])
     memory = Regions(REGIONS, rng)
-    _, stats = run_pysim(commands, width, rng, memory, fail_rate=0.33, name="dma_writer_slverr")
+    _, stats = run_pysim(commands, width, rng, memory, fail_rate=0.33)
     assert 0 < stats["write_errors"] < 30
 
 
@@ -394,12 +422,12 @@ def test_pysim_full_rate(width):
     rng = random.Random(width)
     regions = [(0x40_0000, 65536)]
     commands = []
-    for _ in range(50):
+    for _ in range(30):
         length = rng.choice([rng.randint(1, 2 * width), rng.randint(1, 600), rng.randint(1, MAX_LENGTH)])
         addr = 0x40_0000 + rng.randrange(65536 - length)
         commands.append(Command(addr, length, rng.randbytes(length)))
     memory = Regions(regions, rng)
-    slave, _ = run_pysim(commands, width, rng, memory, stall=0, pause=0, name=f"dma_writer_full_rate_{width}")
+    slave, _ = run_pysim(commands, width, rng, memory, stall=0, pause=0)
     total = sum(b for _, b in slave.bursts)
     span = slave.w_cycles[-1] - slave.w_cycles[0] + 1
     print(f"{total} W beats in {span} cycles")
@@ -513,8 +541,8 @@ class Bench:
         self.source = AxiStreamSource(
             AxiStreamBus.from_prefix(dut, "s_data", bus_separator="__"), dut.clk, dut.rst
         )
-        for log in (self.ram.log, self.source.log):
-            log.setLevel(logging.WARNING)
+        self.source.log.setLevel(logging.WARNING)
+        self.ram.log.setLevel(logging.ERROR)  # per-burst INFO lines; "write failed" on every poisoned word
         self.ram._write = self._write
         self.bad_words = set()
         self.allowed = []  # sorted (start, end) of the commands' ranges
@@ -641,7 +669,7 @@ async def random_commands_with_backpressure(dut):
     rng = random.Random(random.getrandbits(64))  # seeded by the harness (SEED reproduces)
     bench = Bench(dut, rng)
     width = bench.width
-    count = int(os.environ.get("DMA_COMMANDS", 300))
+    count = int(os.environ.get("DMA_COMMANDS", 1000))
     commands = [
         Command(a, n, rng.randbytes(n)) for a, n in (random_command(rng, width) for _ in range(count))
     ]
@@ -658,7 +686,7 @@ async def errors_rejects_and_mismatches(dut):
     bench = Bench(dut, rng)
     width = bench.width
     commands = []
-    for _ in range(150):
+    for _ in range(400):
         addr, length = random_command(rng, width)
         n = length
         choice = rng.random()
@@ -686,7 +714,7 @@ async def full_rate(dut):
     rng = random.Random(random.getrandbits(64))
     bench = Bench(dut, rng)
     width = bench.width
-    count = 24 if width < 32 else 60
+    count = 60 if width < 32 else 150
     commands = []
     for _ in range(count):
         addr = rng.randrange(1, 1 << 50)

@@ -31,6 +31,7 @@ from scapy.layers.l2 import Ether
 
 import mrcnic.wire.scapy_layers as sl
 from mrcnic import wire
+from mrcnic.hdl.rx.feedback_decoder import FeedbackKind, feedback_packet_layout
 from mrcnic.hdl.rx.pipeline import RxPipeline, rx_qp_configure_layout
 from mrcnic.hdl.rx.validator import mr_entry_layout
 from mrcnic.hdl.tx.header_builder import tx_config_layout
@@ -41,7 +42,7 @@ from mrcnic.model.receiver import Receiver
 
 from support.cocotb_runner import dut_params, run_cocotb
 from support.cocotb_streams import stream_put
-from support.layouts import pack
+from support.layouts import pack, unpack
 
 QPS, MRS, DESTS = 4, 8, 4
 LOCATOR = 0xFCBBBB00
@@ -74,6 +75,9 @@ class Rx:
             AxiWriteBus.from_prefix(dut, "m_axi", bus_separator="__"), dut.clk, dut.rst, size=MEMORY
         )
         self.ram.log.setLevel(logging.WARNING)
+        if pause:  # the memory stalls too: AW and W accepted, B answered, each at random
+            for channel in (self.ram.aw_channel, self.ram.w_channel, self.ram.b_channel):
+                channel.set_pause_generator(iter(lambda: self.rng.random() < pause / 2, None))
         self.image = bytearray(self.rng.randbytes(MEMORY))
         self.ram.write(0, bytes(self.image))
         self.sources, self.sinks = [], []
@@ -104,6 +108,7 @@ class Rx:
             rkey = (self.rng.randrange(1, 1 << 20) << 12) | i
             self.regions[i] = SimpleNamespace(base=base, length=length, rkey=rkey)
         self.completions = []
+        self.allocated = []  # [start, end) of every message's target range
         self.model_frames = []
         self.received = []  # (plane, bytes) of control frames from the DUT
         params = Params(
@@ -275,10 +280,15 @@ class Rx:
         plane = self.rng.randrange(self.planes) if plane is None else plane
         return wire.make_ev(plane, self.rng.randrange(256), self.rng.randrange(1 << 21))
 
-    def message(self, q, msn, rqmsn, length, *, imm=None, region=None):
+    def message(self, q, msn, rqmsn, length, *, imm=None, region=None, exclusive=True):
         """The packets of one WRITE (or WRITE_IMM) message as (psn offset, builder kwargs)."""
         r = self.regions[self.rng.randrange(MRS - 1) if region is None else region]
-        va = r.base + self.rng.randrange(r.length - length)
+        while True:  # messages never overlap, so arrival order cannot change the expected image
+            va = r.base + self.rng.randrange(r.length - length)
+            if not exclusive or all(va + length <= a or b <= va for a, b in self.allocated):
+                break
+        if exclusive:
+            self.allocated.append((va, va + length))
         payload = self.rng.randbytes(length)
         n = -(-length // self.pmtu)
         packets = []
@@ -314,10 +324,14 @@ class Rx:
         frame = wire.data_frame(self.forward(ev >> 29), ev=ev, psn=psn % (1 << 24), ecn=ecn, **args)
         return ev >> 29, frame
 
-    async def send(self, plane, raw: bytes, *, model_frame=None, q=None):
-        """One frame, alone in the pipeline's input (so the arrival order is the model's)."""
+    async def send(self, plane, raw, *, model_frame=None, q=None, wait=True):
+        """One frame (bytes or a codec frame), alone in the pipeline's input (so the arrival order is the
+        model's)."""
+        if not isinstance(raw, bytes | bytearray):
+            raw = raw.encode()
         await self.sources[plane].send(AxiStreamFrame(raw))
-        await self.sources[plane].wait()
+        if wait:
+            await self.sources[plane].wait()
         if model_frame is not None:
             self.models[q].on_data(model_frame, 0)
 
@@ -424,8 +438,12 @@ async def _reordered_messages(dut, *, srv6):
     for q, psn, p in sequence:
         ce = rng.random() < 0.1
         plane, frame = rx.frame(q, psn, p, ecn=wire.Ecn.CE if ce else wire.Ecn.ECT0)
+        r = rng.random()
+        if srv6 and r < 0.15:  # an SRH after the outer header (a source-routing hop left it): skipped
+            frame.srh = wire.Srh(segments_left=0, last_entry=rng.randrange(4))
+            frame.srh_segments = rng.randbytes(16 * rng.randint(0, 4))
         raw = frame.encode()
-        if rng.random() < 0.3:  # a share built by scapy on its own (its lengths, checksum, RoCE ICRC)
+        if r > 0.7:  # a share built by scapy on its own (its lengths, checksum, RoCE ICRC)
             raw = scapy_data_frame(rx, frame, p)
         await rx.send(plane, raw, model_frame=wire.decode(raw, check_icrc=True), q=q)
     await rx.settle()
@@ -455,6 +473,112 @@ async def reordered_messages_single_ipv6(dut):
     await _reordered_messages(dut, srv6=False)
 
 
+@cocotb.test()
+async def coalescing_pacing_probes_and_feedback(dut):
+    """The time- and byte-driven SACK (§7.2), ACK pacing (§7.4), duplicate Last with BTH.A, probes
+    (§7.8, also trimmed) and feedback packets for our sending side."""
+    seed = random.randrange(1 << 30)
+    print(f"seed {seed}")
+    rx = Rx(dut, seed=seed, pmtu_log2=10)
+    gen_cycles, interval = 600, 3000
+    await rx.start(ack_gen_cycles=gen_cycles, ack_interval=interval)
+    q, psn = 2, rx.start_psn[2]
+
+    def answers(kind):
+        return [f for f in (wire.decode(r) for _, r in rx.received) if f.opcode == kind]
+
+    # 1. Three Middle packets of a long message: no trigger, so one SACK ACK_GEN_TIME after the first.
+    va, payload, packets = rx.message(q, 0, 0, 40 * rx.pmtu, region=3)
+    rx.image[va : va + len(payload)] = payload
+    for k in range(3):
+        await rx.send(*rx.frame(q, psn + k, packets[k], ev=rx.random_ev(0)), wait=False)
+    await ClockCycles(dut.clk, 50)
+    assert answers(wire.Opcode.SACK) == []
+    await ClockCycles(dut.clk, gen_cycles + 200)
+    sacks = answers(wire.Opcode.SACK)
+    assert len(sacks) == 1
+    seth = sacks[0][wire.Seth]
+    assert seth.cack_psn == (psn + 2) % (1 << 24) and seth.ack_psn_offset == 0
+    # 2. ACK_GEN bytes (timer off): 16 more in-order packets of 1 KiB -> exactly one SACK, at the 16th.
+    dut.ack_gen_cycles.value = NEVER
+    for k in range(3, 19):
+        await rx.send(*rx.frame(q, psn + k, packets[k]))
+    await ClockCycles(dut.clk, 100)
+    sacks = answers(wire.Opcode.SACK)
+    assert len(sacks) == 2 and sacks[1][wire.Seth].cack_psn == (psn + 18) % (1 << 24)
+    dut.ack_gen_cycles.value = gen_cycles
+    for k in range(19, 40):
+        await rx.send(*rx.frame(q, psn + k, packets[k]))
+    await ClockCycles(dut.clk, 300)
+    acks = answers(wire.Opcode.ACK)
+    assert [a[wire.Aeth].msn for a in acks] == [0]
+    psn += 40
+    # 3. ACK pacing: two one-packet messages back to back -> the second ACK waits for the interval.
+    for msn in (1, 2):
+        va, payload, packets = rx.message(q, msn, 0, 100, region=3)
+        rx.image[va : va + len(payload)] = payload
+        await rx.send(*rx.frame(q, psn, packets[0]))
+        psn += 1
+    await ClockCycles(dut.clk, 200)
+    assert [a[wire.Aeth].msn for a in answers(wire.Opcode.ACK)] == [0]
+    await ClockCycles(dut.clk, interval)
+    assert [a[wire.Aeth].msn for a in answers(wire.Opcode.ACK)] == [0, 2]
+    # 4. The last packet again with BTH.A = 1 (the requester lost the ACK): SACK and the current AETH.
+    plane, frame = rx.frame(q, psn - 1, packets[0], ack_req=True)
+    await rx.send(plane, frame.encode())
+    await ClockCycles(dut.clk, interval + 200)
+    assert [a[wire.Aeth].msn for a in answers(wire.Opcode.ACK)] == [0, 2, 2]
+    assert rx.stat("duplicate") == 1
+    # 5. A probe (and a trimmed one): PR = 1 SACK with the probe id, M = SKIP_ONCE when trimmed.
+    for probe_id, dscp in ((0x1234, wire.Dscp.CONTROL), (0xFFFE, wire.Dscp.TRIMMED)):
+        ev = rx.random_ev()
+        frame = wire.control_frame(
+            rx.forward(ev >> 29),
+            ev=ev,
+            opcode=wire.Opcode.PROBE,
+            headers=[wire.Peth(probe_id=probe_id, spdcid=1, dpdcid=2, tx_timestamp=99)],
+            dest_qp=rx.qpn[q],
+            dscp=dscp,
+        )
+        await rx.send(ev >> 29, frame.encode())
+        await ClockCycles(dut.clk, interval + 200)
+        answer = answers(wire.Opcode.SACK)[-1]
+        seth, cc = answer[wire.Seth], answer[wire.CcState]
+        assert seth.pr == 1 and seth.probe_id == probe_id and seth.entropy == ev
+        assert seth.m == (wire.SackVerdict.SKIP_ONCE if dscp == wire.Dscp.TRIMMED else wire.SackVerdict.NONE)
+        assert seth.cack_psn == (psn - 1) % (1 << 24) and cc.tx_timestamp == 99
+        assert answers(wire.Opcode.ACK)[-1][wire.Aeth].msn == 2  # the current AETH comes along
+    assert rx.stat("probes") == 2
+    # 6. Feedback for our sending side: SACK, NACK and ACK from the peer become records.
+    records = []
+
+    async def take():
+        while True:
+            await RisingEdge(dut.clk)
+            if dut.feedback__valid.value:
+                records.append(int(dut.feedback__payload.value))
+
+    cocotb.start_soon(take())
+    seth = wire.Seth(ack_psn_offset=3, entropy=0xABCD, cack_psn=77, sack_offset=-5, sack_bitmap=0xFF)
+    fb = [
+        (wire.Opcode.SACK, [seth, wire.CcState(rcvd_bytes=5)]),
+        (wire.Opcode.NACK, [wire.Neth(nack_reason=1, entropy=0x77, nack_psn=12)]),
+        (wire.Opcode.ACK, [wire.Aeth(syndrome=0x1F, msn=4)]),
+    ]
+    for opcode, headers in fb:
+        frame = wire.control_frame(rx.forward(0), ev=1, opcode=opcode, headers=headers, dest_qp=rx.qpn[q])
+        await rx.send(0, frame.encode())
+    await ClockCycles(dut.clk, 100)
+    assert len(records) == 3 and rx.stat("feedback") == 3
+    layout = feedback_packet_layout(QPS)
+    kinds_seen = [unpack(layout, r).kind for r in records]
+    assert kinds_seen == [FeedbackKind.SACK, FeedbackKind.NACK, FeedbackKind.ACK]
+    first = unpack(layout, records[0])
+    assert first.ev == 0xABCD and first.trigger_psn == 80 and first.sack_base == 72 and first.qp == q
+    assert unpack(layout, records[1]).nack_psn == 12 and unpack(layout, records[2]).msn == 4
+    rx.check_memory()
+
+
 # -- hostile input -----------------------------------------------------------------------------------
 
 
@@ -480,7 +604,7 @@ async def hostile_frames_hit_their_counters(dut):
         return plane, frame.encode()
 
     def template():
-        _, _, packets = rx.message(q, msn, 0, rng.randint(8, rx.pmtu))
+        _, _, packets = rx.message(q, msn, 0, rng.randint(8, rx.pmtu), exclusive=False)
         return packets[0]
 
     r0 = rx.regions[0]
@@ -638,8 +762,9 @@ async def fuzz_then_good_message(dut):
     # fields, UDP checksum) leaves a valid packet that may be placed there, so region 6 is the one part of
     # memory the test does not compare; every byte outside it must be untouched.
     sacrificial = rx.regions[6]
-    for _ in range(300):
-        _, _, packets = rx.message(q, 0, 0, rng.randint(1, rx.pmtu), region=6)
+    frames = 1000
+    for _ in range(frames):
+        _, _, packets = rx.message(q, 0, 0, rng.randint(1, rx.pmtu), region=6, exclusive=False)
         plane, frame = rx.frame(q, rx.start_psn[q] + rng.randrange(-5, 400), packets[0])
         raw = bytearray(frame.encode())
         r = rng.random()
@@ -658,7 +783,7 @@ async def fuzz_then_good_message(dut):
         rx.stat(f"drop_{d}") for d in ("malformed", "bad_icrc", "not_for_us", "unknown_qp", "bad_source")
     )
     print(f"fuzz: {rx.stat('frames')} frames, {dropped} dropped, {rx.stat('placed')} placed in region 6")
-    assert dropped >= 250
+    assert dropped >= 0.9 * frames
     start, end = sacrificial.base, sacrificial.base + sacrificial.length
     rx.image[start:end] = rx.ram.read(start, end - start)
     rx.check_memory()
@@ -756,6 +881,7 @@ def _design(params):
 
 
 TESTS = [
+    "coalescing_pacing_probes_and_feedback",
     "reordered_messages_srv6",
     "reordered_messages_single_ipv6",
     "hostile_frames_hit_their_counters",
