@@ -21,16 +21,14 @@ ARID, so data returns in order (§A5.3) and the FIFO pairs each R beat with its 
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .axi import Axi4ReadSignature, AxiBurst
+from .bursts import BurstCursor
 
 __all__ = ["DmaReader", "dma_command_layout", "dma_data_layout"]
-
-AXI_MAX_BURST = 256  # beats (§A3.4.1)
-AXI_BOUNDARY = 4096  # bytes; a burst must not cross it (§A3.4.1)
 
 
 def dma_command_layout(addr_width: int = 64) -> data.StructLayout:
@@ -103,11 +101,6 @@ class DmaReader(wiring.Component):
         m = Module()
         width = self.data_width
         lane_bits = width.bit_length() - 1
-        word_bits = self.addr_width - lane_bits
-        beats_per_boundary = AXI_BOUNDARY // width
-        boundary_bits = beats_per_boundary.bit_length() - 1
-        max_burst = min(AXI_MAX_BURST, beats_per_boundary)
-        max_beats = (width - 1 + self.max_length + width - 1) // width
 
         # What the R side needs to know about each burst, in AR order.
         burst_layout = data.StructLayout(
@@ -124,35 +117,13 @@ class DmaReader(wiring.Component):
         )
 
         # -- command in, bursts out ------------------------------------------------------------------
-        # The next word to request is kept as (4 KiB page, word offset in the page) plus the words left
-        # to the page end. A burst that does not end its command is always `limit` long, so everything
-        # advanced after it depends on registers only, never on the burst-length comparison; the page
-        # increment needs no 61-bit carry chain behind that comparison either.
         cur_valid = Signal()
-        cur_page = Signal(word_bits - boundary_bits)
-        cur_offset = Signal(boundary_bits)
-        cur_to_boundary = Signal(range(1, beats_per_boundary + 1))  # words from cur_offset to the page end
-        cur_beats = Signal(range(max_beats + 1))  # words still to request
+        cursor = BurstCursor(m, addr_width=self.addr_width, data_width=width, max_length=self.max_length)
+        final, burst = cursor.final, cursor.burst
         cur_first = Signal()
         cur_start_lane = Signal(lane_bits)
         cur_end_lane = Signal(lane_bits)
         cur_reject = Signal()
-
-        final = Signal()  # the next burst ends the command (cur_beats <= limit), kept as a register
-
-        reaches_boundary = Signal()  # a `limit`-long burst ends at the page end
-        limit = Signal(range(max_burst + 1))  # longest burst allowed from here
-        burst = Signal(range(max_burst + 1))
-        m.d.comb += [
-            reaches_boundary.eq(cur_to_boundary <= max_burst),
-            limit.eq(Mux(reaches_boundary, cur_to_boundary, max_burst)),
-            burst.eq(Mux(final, cur_beats, limit)),
-        ]
-        # The same quantities after a non-final burst, to register `final` one burst ahead.
-        to_boundary_after = Mux(reaches_boundary, beats_per_boundary, cur_to_boundary - max_burst)
-        # any width: a page may hold fewer than 256 beats (W > 16) or more than two bursts (W < 8)
-        limit_after = Mux(to_boundary_after <= max_burst, to_boundary_after, max_burst)
-        beats_after = cur_beats - limit
 
         axi = self.axi
         ar_free = ~axi.arvalid | axi.arready
@@ -177,21 +148,9 @@ class DmaReader(wiring.Component):
         with m.If(axi.arready):
             m.d.sync += axi.arvalid.eq(0)
         with m.If(issue & ~cur_reject):
-            m.d.sync += [
-                axi.arvalid.eq(1),
-                axi.araddr.eq(Cat(Const(0, lane_bits), cur_offset, cur_page)),
-                axi.arlen.eq(burst - 1),
-            ]
+            m.d.sync += [axi.arvalid.eq(1), axi.araddr.eq(cursor.address), axi.arlen.eq(burst - 1)]
         with m.If(issue):
-            # Only meaningful when the burst was not final; a final one reloads or empties `cur`.
-            m.d.sync += [
-                cur_offset.eq(cur_offset + limit),  # wraps to 0 at the page end
-                cur_page.eq(Mux(reaches_boundary, cur_page + 1, cur_page)),
-                cur_to_boundary.eq(to_boundary_after),
-                cur_beats.eq(beats_after),
-                final.eq(beats_after <= limit_after),
-                cur_first.eq(0),
-            ]
+            m.d.sync += [*cursor.advance(), cur_first.eq(0)]
             with m.If(final | cur_reject):
                 m.d.sync += cur_valid.eq(0)
 
@@ -204,17 +163,10 @@ class DmaReader(wiring.Component):
             span.eq(lane + cmd.length),
             self.cmd.ready.eq(~cur_valid | (issue & (final | cur_reject))),
         ]
-        cmd_offset = cmd.addr[lane_bits:][:boundary_bits]
-        cmd_to_boundary = beats_per_boundary - cmd_offset
-        cmd_beats = (span + width - 1) >> lane_bits
         with m.If(self.cmd.valid & self.cmd.ready):
             m.d.sync += [
                 cur_valid.eq(1),
-                cur_offset.eq(cmd_offset),
-                cur_page.eq(cmd.addr[lane_bits:][boundary_bits:]),
-                cur_to_boundary.eq(cmd_to_boundary),
-                cur_beats.eq(cmd_beats),
-                final.eq(cmd_beats <= Mux(cmd_to_boundary <= max_burst, cmd_to_boundary, max_burst)),
+                *cursor.load(cmd.addr, span),
                 cur_first.eq(1),
                 cur_start_lane.eq(lane),
                 cur_end_lane.eq(span - 1),

@@ -44,11 +44,9 @@ from amaranth.lib.wiring import In, Out
 
 from ..stream import PacketStream
 from .axi import Axi4WriteSignature, AxiBurst
+from .bursts import BurstCursor
 
 __all__ = ["DmaWriter", "dma_write_command_layout", "dma_write_done_layout"]
-
-AXI_MAX_BURST = 256  # beats (§A3.4.1)
-AXI_BOUNDARY = 4096  # bytes; a burst must not cross it (§A3.4.1)
 
 
 def dma_write_command_layout(addr_width: int = 64) -> data.StructLayout:
@@ -139,10 +137,6 @@ class DmaWriter(wiring.Component):
         m = Module()
         width = self.data_width
         lane_bits = width.bit_length() - 1
-        word_bits = self.addr_width - lane_bits
-        beats_per_boundary = AXI_BOUNDARY // width
-        boundary_bits = beats_per_boundary.bit_length() - 1
-        max_burst = min(AXI_MAX_BURST, beats_per_boundary)
         max_in_beats = (self.max_length + width - 1) // width
         all_lanes = (1 << width) - 1
 
@@ -179,15 +173,9 @@ class DmaWriter(wiring.Component):
         axi = self.axi
 
         # -- command in, bursts out (AW side) --------------------------------------------------------
-        # The next word is kept as (4 KiB page, word offset in the page) plus the words left to the page
-        # end. A burst that does not end its command is always `limit` long, so the state after it is
-        # computed from registers only; `final` (the next burst ends the command) is registered one
-        # burst ahead, so no burst-length comparison sits in front of the AW register.
         cur_valid = Signal()
-        cur_page = Signal(word_bits - boundary_bits)
-        cur_offset = Signal(boundary_bits)
-        cur_to_boundary = Signal(range(1, beats_per_boundary + 1))
-        cur_beats = Signal(range((width - 1 + self.max_length + width - 1) // width + 1))  # W beats left
+        cursor = BurstCursor(m, addr_width=self.addr_width, data_width=width, max_length=self.max_length)
+        final, burst = cursor.final, cursor.burst
         cur_first = Signal()
         cur_reject = Signal()
         cur_start_lane = Signal(lane_bits)
@@ -195,20 +183,6 @@ class DmaWriter(wiring.Component):
         cur_tail_lane = Signal(lane_bits)
         cur_in_beats = Signal(range(max_in_beats + 1))
         cur_length = Signal(16)
-        final = Signal()
-
-        reaches_boundary = Signal()
-        limit = Signal(range(max_burst + 1))  # longest burst allowed from here
-        burst = Signal(range(max_burst + 1))
-        m.d.comb += [
-            reaches_boundary.eq(cur_to_boundary <= max_burst),
-            limit.eq(Mux(reaches_boundary, cur_to_boundary, max_burst)),
-            burst.eq(Mux(final, cur_beats, limit)),
-        ]
-        to_boundary_after = Mux(reaches_boundary, beats_per_boundary, cur_to_boundary - max_burst)
-        # any width: a page may hold fewer than 256 beats (W > 16) or more than two bursts (W < 8)
-        limit_after = Mux(to_boundary_after <= max_burst, to_boundary_after, max_burst)
-        beats_after = cur_beats - limit
 
         aw_free = ~axi.awvalid | axi.awready
         issue = Signal()
@@ -241,21 +215,9 @@ class DmaWriter(wiring.Component):
         with m.If(axi.awready):
             m.d.sync += axi.awvalid.eq(0)
         with m.If(issue & ~cur_reject):
-            m.d.sync += [
-                axi.awvalid.eq(1),
-                axi.awaddr.eq(Cat(Const(0, lane_bits), cur_offset, cur_page)),
-                axi.awlen.eq(burst - 1),
-            ]
+            m.d.sync += [axi.awvalid.eq(1), axi.awaddr.eq(cursor.address), axi.awlen.eq(burst - 1)]
         with m.If(issue):
-            # Only meaningful after a non-final burst; a final one reloads or empties `cur`.
-            m.d.sync += [
-                cur_offset.eq(cur_offset + limit),  # wraps to 0 at the page end
-                cur_page.eq(Mux(reaches_boundary, cur_page + 1, cur_page)),
-                cur_to_boundary.eq(to_boundary_after),
-                cur_beats.eq(beats_after),
-                final.eq(beats_after <= limit_after),
-                cur_first.eq(0),
-            ]
+            m.d.sync += [*cursor.advance(), cur_first.eq(0)]
             with m.If(ends_command):
                 m.d.sync += cur_valid.eq(0)
 
@@ -273,17 +235,10 @@ class DmaWriter(wiring.Component):
             wraps = cmd.addr[16:].all() & ((cmd.addr[:16] + cmd.length) > (1 << 16))
         else:
             wraps = (cmd.addr + cmd.length) > (1 << self.addr_width)
-        cmd_offset = cmd.addr[lane_bits:][:boundary_bits]
-        cmd_to_boundary = beats_per_boundary - cmd_offset
-        cmd_beats = (span + width - 1) >> lane_bits
         with m.If(self.cmd.valid & self.cmd.ready):
             m.d.sync += [
                 cur_valid.eq(1),
-                cur_offset.eq(cmd_offset),
-                cur_page.eq(cmd.addr[lane_bits:][boundary_bits:]),
-                cur_to_boundary.eq(cmd_to_boundary),
-                cur_beats.eq(cmd_beats),
-                final.eq(cmd_beats <= Mux(cmd_to_boundary <= max_burst, cmd_to_boundary, max_burst)),
+                *cursor.load(cmd.addr, span),
                 cur_first.eq(1),
                 cur_reject.eq((cmd.length == 0) | (cmd.length > self.max_length) | wraps),
                 cur_start_lane.eq(lane),
