@@ -808,9 +808,10 @@ async def line_rate(dut):
     import json
     from pathlib import Path
 
-    rx = Rx(dut, seed=1, pmtu_log2=12)
+    pmtu_log2 = int(dut_params().get("pmtu_log2", 12))
+    rx = Rx(dut, seed=1, pmtu_log2=pmtu_log2)
     await rx.start(ack_gen_cycles=1000, ack_interval=250)
-    messages, packets_per_message = 4, 16
+    messages, packets_per_message = 4, 16 << (12 - pmtu_log2)
     raws = []
     for q in range(messages):
         psn = rx.start_psn[q]
@@ -860,7 +861,7 @@ async def line_rate(dut):
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(
         f"RX line rate: {ideal} input beats placed in {cycles} cycles = {fraction:.4f} of the input rate "
-        f"(data_width {rx.w}, {rx.planes} planes, {total} packets of 4 KiB)"
+        f"(data_width {rx.w}, {rx.planes} planes, {total} packets of {rx.pmtu} B)"
     )
     assert rx.stat("placed") == total
 
