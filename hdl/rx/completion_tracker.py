@@ -37,7 +37,8 @@ Members (Q = ``qps``, W = ``window``, a power of two, 2 <= W <= 2^15; P = ``post
   - plain WRITE: ``ack`` ACK msn m.
 
   A NAK puts the QP in ERROR. The QP's current AETH becomes (syndrome, m) after every ``ack`` record.
-* ``ack``: Out, ``{qp, syndrome, msn}`` (:class:`Syndrome`), one per completed message (the scheduler
+* ``ack``: Out, ``{qp, syndrome, msn, tag}`` (``tag``: that of the arrival whose walk released it)
+  (:class:`Syndrome`), one per completed message (the scheduler
   coalesces ACKs; never dropped, the walk waits for the consumer).
 * ``receive_completion``: Out, ``{qp, status, imm, byte_len, rqmsn}``; ``status`` is always 0 (errors
   produce a NAK and no receive completion, §7.6).
@@ -124,6 +125,9 @@ def query_layout(qps: int) -> data.StructLayout:
     return data.StructLayout({"qp": bits_for(qps)})
 
 
+TAG_BITS = 40
+
+
 def arrival_layout(qps: int) -> data.StructLayout:
     return data.StructLayout(
         {
@@ -137,12 +141,13 @@ def arrival_layout(qps: int) -> data.StructLayout:
             "imm": 32,
             "dma_length": 32,
             "error": RxError,
+            "tag": TAG_BITS,  # opaque: copied to the ``ack`` records this arrival's walk releases
         }
     )
 
 
 def ack_layout(qps: int) -> data.StructLayout:
-    return data.StructLayout({"qp": bits_for(qps), "syndrome": 8, "msn": 16})
+    return data.StructLayout({"qp": bits_for(qps), "syndrome": 8, "msn": 16, "tag": TAG_BITS})
 
 
 def receive_completion_layout(qps: int) -> data.StructLayout:
@@ -231,6 +236,7 @@ class CompletionTracker(wiring.Component):
 
         qp = Signal(qb)  # the QP of the operation in progress
         cack = Signal(PSN_BITS)  # the arrival's cack: where the walk ends
+        tag = Signal(TAG_BITS)  # the arrival's tag, for the ACK records of its walk
         st = Signal(st_layout)  # working copy of the QP state during a walk
         a_psn = Signal(PSN_BITS)  # next PSN to read
         a_left = Signal(PSN_BITS)  # PSNs still to read
@@ -285,7 +291,7 @@ class CompletionTracker(wiring.Component):
                         rec_wr.en.eq(1),
                         st_rd.addr.eq(a.qp),
                     ]
-                    m.d.sync += [qp.eq(a.qp), cack.eq(a.cack)]
+                    m.d.sync += [qp.eq(a.qp), cack.eq(a.cack), tag.eq(a.tag)]
                     m.next = "CHECK"
 
             with m.State("POST"):
@@ -368,6 +374,7 @@ class CompletionTracker(wiring.Component):
                             ack.payload.qp.eq(qp),
                             ack.payload.syndrome.eq(syndrome),
                             ack.payload.msn.eq(r.msn),
+                            ack.payload.tag.eq(tag),
                             ack.valid.eq(1),
                             st.acked.eq(1),
                             st.syndrome.eq(syndrome),
