@@ -489,7 +489,9 @@ class ReceiveEngine(wiring.Component):
             paced_resp.aeth.syndrome.eq(Syndrome.ACK),
             paced_resp.aeth.msn.eq(ack_msn[scan]),
         ]
-        m.d.comb += walking.eq(~comp.idle | comp.ack.valid | ack_fence.r_rdy)
+        # ``level`` counts a record from the cycle it is written (``r_rdy`` only once it reaches the read
+        # port), so there is no gap in which a walk's last record is invisible.
+        m.d.comb += walking.eq(~comp.idle | comp.ack.valid | (ack_fence.level != 0))
         ack_due_head = ~ack_sent[aq] | elapsed(ack_at[aq], self.ack_interval_cycles)
         flush_resp = Signal(self._response)
         m.d.comb += [
