@@ -11,10 +11,18 @@ address register, and the page increment needs no carry chain behind that compar
 
 from amaranth import Cat, Const, Mux, Signal
 
-__all__ = ["AXI_BOUNDARY", "AXI_MAX_BURST", "BurstCursor"]
+__all__ = ["AXI_BOUNDARY", "AXI_MAX_BURST", "BurstCursor", "check_dma_params"]
 
 AXI_MAX_BURST = 256  # beats (§A3.4.1)
 AXI_BOUNDARY = 4096  # bytes; a burst must not cross it (§A3.4.1)
+
+
+def check_dma_params(max_length: int, max_outstanding: int) -> None:
+    """The limits the DMA reader and writer share: a 16-bit length field, at least two bursts in flight."""
+    if not 1 <= max_length < 1 << 16:
+        raise ValueError(f"max_length must be in 1..65535 (16-bit length field), not {max_length}")
+    if max_outstanding < 2:
+        raise ValueError(f"max_outstanding must be at least 2, not {max_outstanding}")
 
 
 class BurstCursor:

@@ -26,7 +26,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .axi import Axi4ReadSignature, AxiBurst
-from .bursts import BurstCursor
+from .bursts import BurstCursor, check_dma_params
 
 __all__ = ["DmaReader", "dma_command_layout", "dma_data_layout"]
 
@@ -79,10 +79,7 @@ class DmaReader(wiring.Component):
         axi_signature = Axi4ReadSignature(
             addr_width=addr_width, data_width_bytes=data_width, id_width=id_width
         )
-        if not 1 <= max_length < 1 << 16:
-            raise ValueError(f"max_length must be in 1..65535 (16-bit length field), not {max_length}")
-        if max_outstanding < 2:
-            raise ValueError(f"max_outstanding must be at least 2, not {max_outstanding}")
+        check_dma_params(max_length, max_outstanding)
         self.data_width = data_width
         self.addr_width = addr_width
         self.max_length = max_length

@@ -44,14 +44,14 @@ from amaranth.lib.wiring import In, Out
 
 from ..stream import PacketStream
 from .axi import Axi4WriteSignature, AxiBurst
-from .bursts import BurstCursor
+from .bursts import BurstCursor, check_dma_params
+from .reader import dma_command_layout
 
 __all__ = ["DmaWriter", "dma_write_command_layout", "dma_write_done_layout"]
 
 
-def dma_write_command_layout(addr_width: int = 64) -> data.StructLayout:
-    """Write ``length`` bytes starting at byte address ``addr`` (any alignment)."""
-    return data.StructLayout({"addr": addr_width, "length": 16})
+# A write command has the read command's shape: ``length`` bytes from byte address ``addr``, any alignment.
+dma_write_command_layout = dma_command_layout
 
 
 def dma_write_done_layout() -> data.StructLayout:
@@ -111,10 +111,7 @@ class DmaWriter(wiring.Component):
         axi_signature = Axi4WriteSignature(
             addr_width=addr_width, data_width_bytes=data_width, id_width=id_width
         )
-        if not 1 <= max_length < 1 << 16:
-            raise ValueError(f"max_length must be in 1..65535 (16-bit length field), not {max_length}")
-        if max_outstanding < 2:
-            raise ValueError(f"max_outstanding must be at least 2, not {max_outstanding}")
+        check_dma_params(max_length, max_outstanding)
         self.data_width = data_width
         self.addr_width = addr_width
         self.max_length = max_length

@@ -214,11 +214,8 @@ class RxPipeline(wiring.Component):
         wiring.connect(m, validator.o, engine.verdict)
         wiring.connect(m, engine.release, buffer.release)
         wiring.connect(m, buffer.payload, writer.data)
+        wiring.connect(m, engine.dma_cmd, writer.cmd)
         m.d.comb += [
-            writer.cmd.payload.addr.eq(engine.dma_cmd.payload.addr),
-            writer.cmd.payload.length.eq(engine.dma_cmd.payload.length),
-            writer.cmd.valid.eq(engine.dma_cmd.valid),
-            engine.dma_cmd.ready.eq(writer.cmd.ready),
             engine.dma_done.payload.error.eq(writer.done.payload.error),
             engine.dma_done.valid.eq(writer.done.valid),
             writer.done.ready.eq(engine.dma_done.ready),

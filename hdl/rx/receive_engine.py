@@ -41,6 +41,7 @@ from amaranth.lib.wiring import In, Out
 
 from mrcnic.wire.constants import Dscp, NackReason, Opcode, SackVerdict
 
+from ..dma.writer import dma_write_command_layout
 from ..tx.layouts import bits_for
 from .completion_tracker import CompletionTracker, Syndrome, receive_completion_layout
 from .frame_buffer import ReleaseLayout
@@ -95,7 +96,7 @@ class ReceiveEngine(wiring.Component):
                 "post_receive": In(stream.Signature(data.StructLayout({"qp": bits_for(qps)}))),
                 "verdict": In(stream.Signature(verdict_layout(qps, destinations))),
                 "release": Out(stream.Signature(ReleaseLayout)),
-                "dma_cmd": Out(stream.Signature(data.StructLayout({"addr": 64, "length": 16}))),
+                "dma_cmd": Out(stream.Signature(dma_write_command_layout())),
                 "dma_done": In(stream.Signature(data.StructLayout({"error": 1}))),
                 "feedback": Out(stream.Signature(verdict_layout(qps, destinations))),
                 "response": Out(stream.Signature(self._response)),

@@ -21,7 +21,6 @@ import zlib
 
 import cocotb
 import pytest
-from amaranth.lib import data
 from cocotb.clock import Clock
 from cocotb.triggers import RisingEdge
 
@@ -32,7 +31,7 @@ from mrcnic.wire.examples import example_addressing, example_frames
 from mrcnic.wire.icrc import ICRC_MASKED_OFFSETS, ICRC_PREFIX, ICRC_RESIDUE, mask_variant_fields
 
 from support.cocotb_runner import dut_params, run_cocotb
-from support.layouts import pack
+from support.layouts import pack, unpack
 from support.pysim import run, stream_get, stream_put
 
 DEFAULT_MAX = 4096 + 256
@@ -482,12 +481,6 @@ def test_full_rate(width):
 
 # -- cocotb on Verilator --------------------------------------------------------------------------------
 CLOCK_NS = 10
-
-
-def unpack(layout, value):
-    """A view of the port value ``value`` as ``layout`` (support.layouts.unpack hands an int to
-    ``Layout.const``, which Amaranth 0.5.10 rejects)."""
-    return data.Const(data.Layout.cast(layout), int(value))
 
 
 @cocotb.test()
