@@ -31,6 +31,12 @@ def _rx(data_width, planes):
     return lambda: RxPipeline(data_width=data_width, planes=planes)
 
 
+def _nic(data_width, planes):
+    from .nic import MrcNic
+
+    return lambda: MrcNic(data_width=data_width, planes=planes)
+
+
 TOP_LEVELS = {
     "icrc_engine_dw8": _icrc(8),
     "icrc_engine_dw32": _icrc(32),
@@ -38,6 +44,8 @@ TOP_LEVELS = {
     "tx_pipeline_dw32_p4": _tx(32, 4),
     "rx_pipeline_dw8_p4": _rx(8, 4),
     "rx_pipeline_dw32_p4": _rx(32, 4),
+    "mrc_nic_dw8_p4": _nic(8, 4),
+    "mrc_nic_dw8_p2": _nic(8, 2),
 }
 
 

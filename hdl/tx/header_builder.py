@@ -7,6 +7,7 @@ For every job (a descriptor with its chosen EV, plane and outer destination) the
 DMA read command for the payload as soon as the job arrives, so payload reads run ahead of header
 emission; then it emits the header bytes (SRv6 mode: Ethernet | outer IPv6 | inner IPv6 | UDP | BTH |
 METH | TSETH | RETH [| ImmDt]; single-IPv6 mode without the outer IPv6) and forwards the payload beats.
+A PROBE job (§7.8) is Ethernet | [outer IPv6 |] IPv6 | UDP | BTH | PETH with no payload and no DMA read.
 The output is *not* packed: the last header beat is partial and payload beats keep their memory lane
 offsets; a ``StreamPacker`` follows, then the ICRC inserter. Lengths (IPv6 payload length, UDP length)
 include the 4 ICRC bytes the inserter will append.
@@ -16,7 +17,7 @@ from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from mrcnic.wire.constants import ETHERTYPE_IPV6, IPPROTO_IPV6, IPPROTO_UDP, Ecn
+from mrcnic.wire.constants import ETHERTYPE_IPV6, IPPROTO_IPV6, IPPROTO_UDP, Ecn, Opcode
 
 from .. import headers as hdr
 from ..dma.reader import dma_data_layout
@@ -31,6 +32,8 @@ MAX_HEADER_BYTES = 14 + 40 + 40 + 8 + 12 + 4 + 4 + 16 + 4
 PLANE_BEATS_BITS = 14
 # Bytes after the IPv6 header that precedes UDP, apart from the payload: UDP..RETH and the ICRC.
 L4_OVERHEAD = 8 + 12 + 4 + 4 + 16 + 4
+# A probe after that IPv6 header: UDP, BTH, PETH and the ICRC.
+PROBE_L4_LENGTH = 8 + 12 + 16 + 4
 
 
 def packet_beats_bound(length, data_width: int):
@@ -70,6 +73,7 @@ def job_layout(qps: int, ev_slots: int, planes: int) -> data.StructLayout:
             "slot": bits_for(ev_slots),
             "plane": bits_for(planes),
             "outer_dst": 128,
+            "qpn": 24,  # own QPN (PETH.spdcid)
             "peer_qpn": 24,
             "peer_gid": 128,
         }
@@ -81,7 +85,7 @@ class HeaderBuilder(wiring.Component):
 
     * ``job``: In, ``job_layout``.
     * ``config``: In, ``tx_config_layout`` registers; ``now_ts``: In(16), time in 128 ns units.
-    * ``dma_cmd``: Out, ``{addr, length}`` payload reads, one per job, in job order.
+    * ``dma_cmd``: Out, ``{addr, length}`` payload reads, one per WRITE job (none for a PROBE), in job order.
     * ``dma_data``: In, the payload beats (memory lane offsets, ``last`` on each command's last beat).
     * ``packet``: Out, header then payload beats of each packet (unpacked).
     * ``packet_plane``: Out, ``{plane, beats}``, one per packet, when its first beat is offered; ``beats``
@@ -120,11 +124,12 @@ class HeaderBuilder(wiring.Component):
             width=self._job_layout.size, depth=self.lookahead
         )
         job_in = self.job.payload
+        probe_in = job_in.descriptor.opcode == Opcode.PROBE
         m.d.comb += [
             self.dma_cmd.payload.addr.eq(job_in.descriptor.local_addr),
             self.dma_cmd.payload.length.eq(job_in.descriptor.length),
-            self.dma_cmd.valid.eq(self.job.valid & parked.w_rdy),
-            self.job.ready.eq(self.dma_cmd.ready & parked.w_rdy),
+            self.dma_cmd.valid.eq(self.job.valid & parked.w_rdy & ~probe_in),
+            self.job.ready.eq((self.dma_cmd.ready | probe_in) & parked.w_rdy),
             parked.w_en.eq(self.job.valid & self.job.ready),
             parked.w_data.eq(job_in),
         ]
@@ -132,7 +137,8 @@ class HeaderBuilder(wiring.Component):
         # -- 2. the header of the job at the head of the queue, built combinationally, then registered.
         job = data.View(self._job_layout, parked.r_data)
         d = job.descriptor
-        imm = (d.opcode == 0xC9) | (d.opcode == 0xCB)
+        imm = (d.opcode == Opcode.WRITE_LAST_IMM) | (d.opcode == Opcode.WRITE_ONLY_IMM)
+        probe = d.opcode == Opcode.PROBE
         eth = Signal(hdr.Ethernet)
         outer = Signal(hdr.Ipv6)
         inner = Signal(hdr.Ipv6)
@@ -142,10 +148,11 @@ class HeaderBuilder(wiring.Component):
         tseth = Signal(hdr.Tseth)
         reth = Signal(hdr.Reth)
         immdt = Signal(hdr.ImmDt)
+        peth = Signal(hdr.Peth)
         l4_length = Signal(16)
         dscp = Mux(d.rtx, cfg.dscp_retx, cfg.dscp_data)
         m.d.comb += [
-            l4_length.eq(L4_OVERHEAD + 4 * imm + d.length),
+            l4_length.eq(Mux(probe, PROBE_L4_LENGTH, L4_OVERHEAD + 4 * imm + d.length)),
             eth.dst.eq(cfg.next_hop_mac[job.plane]),
             eth.src.eq(cfg.port_mac[job.plane]),
             eth.ethertype.eq(ETHERTYPE_IPV6),
@@ -174,7 +181,8 @@ class HeaderBuilder(wiring.Component):
             bth.pkey.eq(cfg.pkey),
             bth.dest_qp.eq(job.peer_qpn),
             bth.rtx.eq(d.rtx),
-            bth.ts.eq(1),
+            bth.ack_req.eq(d.ack_req),
+            bth.ts.eq(~probe),  # a probe's timestamp is in the PETH
             bth.psn.eq(d.psn),
             meth.rqmsn.eq(d.rqmsn),
             meth.msn.eq(d.msn),
@@ -184,8 +192,15 @@ class HeaderBuilder(wiring.Component):
             reth.rkey.eq(d.rkey),
             reth.dma_length.eq(d.dma_length),
             immdt.imm.eq(d.imm),
+            peth.probe_id.eq(d.probe_id),
+            peth.spdcid.eq(job.qpn[:16]),
+            peth.dpdcid.eq(job.peer_qpn[:16]),
+            peth.tx_timestamp.eq(self.now_ts),
+            peth.ftype.eq(1),
         ]
-        after_ip = Cat(*(hdr.to_wire(h) for h in (udp, bth, meth, tseth, reth, immdt)))
+        write_after_ip = Cat(*(hdr.to_wire(h) for h in (udp, bth, meth, tseth, reth, immdt)))
+        probe_after_ip = Cat(*(hdr.to_wire(h) for h in (udp, bth, peth)))
+        after_ip = Mux(probe, probe_after_ip, write_after_ip)
         srv6_bytes = Cat(hdr.to_wire(eth), hdr.to_wire(outer), hdr.to_wire(inner), after_ip)
         single_bytes = Cat(hdr.to_wire(eth), hdr.to_wire(inner), after_ip)
         header_beats = -(-MAX_HEADER_BYTES // w)
@@ -194,6 +209,7 @@ class HeaderBuilder(wiring.Component):
         beat = Signal(range(header_beats + 1))
         plane = Signal.like(job.plane)
         beats = Signal(PLANE_BEATS_BITS)
+        header_only = Signal()  # a probe: the header's last beat ends the packet
 
         # -- 3. emit header beats, then the payload beats of the same packet.
         with m.FSM():
@@ -201,7 +217,10 @@ class HeaderBuilder(wiring.Component):
                 with m.If(parked.r_rdy):
                     m.d.sync += [
                         header.eq(Mux(cfg.srv6, srv6_bytes, single_bytes)),
-                        header_length.eq(Mux(cfg.srv6, 138, 98) + 4 * imm),
+                        header_length.eq(
+                            Mux(probe, Mux(cfg.srv6, 130, 90), Mux(cfg.srv6, 138, 98) + 4 * imm)
+                        ),
+                        header_only.eq(probe),
                         plane.eq(job.plane),
                         beats.eq(packet_beats_bound(d.length, w)),
                         beat.eq(0),
@@ -225,12 +244,14 @@ class HeaderBuilder(wiring.Component):
                     self.packet.payload.keep.eq(
                         Mux(remaining >= w, Const((1 << w) - 1, w), (Const(1, w + 1) << remaining) - 1)
                     ),
-                    self.packet.payload.last.eq(0),
+                    self.packet.payload.last.eq(header_only & (remaining <= w)),
                 ]
                 with m.If(self.packet.ready):
                     m.d.sync += beat.eq(beat + 1)
                     with m.If(remaining <= w):
                         m.next = "PAYLOAD"
+                        with m.If(header_only):
+                            m.next = "IDLE"
             with m.State("PAYLOAD"):
                 beat_in = self.dma_data.payload
                 m.d.comb += [

@@ -12,6 +12,7 @@ __all__ = [
     "bits_for",
     "descriptor_layout",
     "feedback_layout",
+    "target_bits",
     "work_request_layout",
 ]
 
@@ -34,9 +35,10 @@ class FeedbackEvent(enum.Enum, shape=3):
     ECN = 0  # SACK with M = SKIP_ONCE: skip + 1
     TRIM = 1  # NACK TRIMMED: skip + 4
     LOSS = 2  # time rule / timeout / M = ALWAYS_SKIP: ASSUMED_BAD (guarded)
-    PROBE_OK = 3  # k answered probes: GOOD, skip 0
+    PROBE_OK = 3  # k answered probes: GOOD, skip 0 (slot) or back to the backups (reserve entry)
     DENY = 4  # host: DENIED
     RESTORE = 5  # host: GOOD, skip 0
+    PROBE_OK_SKIP = 6  # k answered probes, the last with M = SKIP_ONCE: GOOD, skip 1
 
 
 def work_request_layout(qps: int) -> data.StructLayout:
@@ -71,16 +73,27 @@ def descriptor_layout(qps: int, ev_slots: int) -> data.StructLayout:
             "imm": 32,
             "rtx": 1,  # a retransmission: BTH.RTX, DSCP_TRIMMABLE_RETX, a different EV slot
             "avoid_slot": bits_for(ev_slots),  # retransmission: slot of the previous attempt
+            "probe_id": 16,  # PROBE (no payload, no PSN): PETH.probe_id (§7.8)
+            "ack_req": 1,  # BTH.A: asks the responder for its current AETH (§7.4, lost ACK)
         }
     )
 
 
+def target_bits(ev_slots: int) -> int:
+    """Width of a *probe target*: an EV slot (0 .. N-1) or a reserve entry (N + plane * B + index, < 2N)."""
+    return bits_for(2 * ev_slots)
+
+
 def feedback_layout(qps: int, ev_slots: int) -> data.StructLayout:
-    """Path feedback for one EV slot of one QP (§6.4, §6.5). Stale if the slot no longer holds ``ev``."""
+    """Path feedback for one EV slot of one QP (§6.4, §6.5). Stale if the slot no longer holds ``ev``.
+
+    ``slot`` is a probe target (:func:`target_bits`): PROBE_OK / PROBE_OK_SKIP from the prober may name a
+    reserve entry (an EV on the probe list); every other event names a slot below N.
+    """
     return data.StructLayout(
         {
             "qp": bits_for(qps),
-            "slot": bits_for(ev_slots),
+            "slot": target_bits(ev_slots),
             "ev": 32,
             "event": FeedbackEvent,
         }

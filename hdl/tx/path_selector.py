@@ -1,14 +1,22 @@
-"""Path selector: which EV slot (path) the next packet of a QP takes, and the per-slot EV state machine.
+"""Path selector: which EV slot (path) the next packet of a QP takes, the per-slot EV state machine, and
+the per-plane reserve of backup EVs and probed EVs.
 
-Ref: docs/protocol.md §6.1 (slots, slot s on plane s mod P), §6.2 (rotation: 16-bit Galois LFSR advanced
-16 steps per redraw, candidate = idx XOR mask), §6.3 (the six rules of one transmission), §6.4 (EV state
-machine and the ``ev_min_active`` floor guard), §6.5 (stale feedback, losses on down planes).
+Ref: docs/protocol.md §6.1 (slots, slot s on plane s mod P, backup and probe lists), §6.2 (rotation:
+16-bit Galois LFSR advanced 16 steps per redraw, candidate = idx XOR mask), §6.3 (the six rules of one
+transmission), §6.4 (EV state machine, "Guard and replacement": the ``ev_min_active`` floor guard and
+the backup list), §6.5 (stale feedback, losses on down planes), §7.8 (what is probed, restore).
 
-Members (Q = ``qps``, N = ``ev_slots``, P = ``planes``):
+Members (Q = ``qps``, N = ``ev_slots``, P = ``planes``, B = ``backups``):
 
 * ``configure``: In, ``{qp, slot, ev, state}``: the host writes one EV slot (skip counter cleared). A
   write whose ``ev`` names another plane than ``slot mod P`` (EV[31:29], §5.1) is dropped and counted
   in ``stat_config_rejected`` (§6.1: the NIC rejects it).
+* ``reserve_configure``: In, :func:`reserve_configure_layout` ``{qp, plane, index, ev, valid}``: the host
+  writes reserve entry (plane, index) of ``qp``. ``valid`` = 1: the entry becomes BACKUP with ``ev``,
+  the newest of its plane's backups (FIFO order); dropped and counted in ``stat_config_rejected`` when
+  EV[31:29] != ``plane``. ``valid`` = 0: the entry becomes EMPTY. Out-of-range qp, plane or index (any
+  write when B = 0): dropped and counted the same way. A PROBING entry that is overwritten emits a stop
+  record on ``watch``.
 * ``seed``: In, ``{qp, seed}``: register ``ev_lfsr_seed`` and the §6.2 init of that QP's rotation:
   ``lfsr = seed; idx = 0; wrap()``. A zero seed (forbidden by §6.2) is taken as 1 so the LFSR never
   locks up. After reset every QP is in the state of ``seed = 1``.
@@ -16,78 +24,115 @@ Members (Q = ``qps``, N = ``ev_slots``, P = ``planes``):
   ``avoid_valid``: a retransmission; ``avoid_slot`` is the slot of its previous attempt (§6.3 step 5).
 * ``response``: Out, ``{qp, found, slot, ev, plane}``, one per request, in request order. ``found = 0``
   when N visits chose nothing; the rotation state and the decremented skip counters are kept.
-* ``feedback``: In, ``feedback_layout(qps, ev_slots)`` (``layouts.FeedbackEvent``). Ignored and
-  counted in ``stat_stale_feedback`` when the slot no longer holds ``ev``. Host events (DENY,
-  RESTORE) carry the EV too and are checked the same way.
+* ``feedback``: In, ``feedback_layout(qps, ev_slots)`` (``layouts.FeedbackEvent``); its ``slot`` is a
+  probe target (below). Ignored and counted in ``stat_stale_feedback`` when the target no longer holds
+  ``ev``. Host events (DENY, RESTORE) carry the EV too and are checked the same way.
+* ``watch``: Out, :func:`watch_layout` ``{qp, target, ev, start}``, to the prober: ``start`` = 1: probe
+  ``target`` for ``ev`` from now on (the prober's ``watch``); ``start`` = 0: stop probing ``target``
+  (the prober's ``unwatch``; ``ev`` is the EV that was probed there). Records leave in decision order.
 * ``plane_ready``: In(P), bit p: the port of plane p can take a packet now (§6.3 step 4).
 * ``plane_up``: In(P), bit p: plane p is up, locally and as reported by the peer (§6.3 step 2).
 * ``min_active``: In, register ``ev_min_active`` (default N/4).
 
 * ``stat_*``: Out(32), event counters, wrapping modulo 2^32 (software takes differences):
-  ``stat_retired`` (GOOD -> ASSUMED_BAD), ``stat_restored`` (ASSUMED_BAD -> GOOD, by PROBE_OK or
-  RESTORE), ``stat_guarded`` (losses the floor guard refused), ``stat_stale_feedback``,
+  ``stat_retired`` (a usable EV retired: GOOD -> ASSUMED_BAD in place, or replaced by a backup),
+  ``stat_restored`` (ASSUMED_BAD -> GOOD by PROBE_OK(_SKIP) or RESTORE, or a probed reserve entry back
+  to BACKUP), ``stat_guarded`` (losses the floor guard refused), ``stat_stale_feedback``,
   ``stat_skipped_visits`` (visits that decremented a skip counter), ``stat_not_found`` (responses with
-  ``found = 0``), ``stat_config_rejected``.
+  ``found = 0``), ``stat_config_rejected`` (``configure`` and ``reserve_configure``), ``stat_replaced``
+  (retirements where a backup took the slot).
 
 ``plane_ready`` and ``plane_up`` are read in every visit of a request; a feedback event reads
 ``plane_up`` and ``min_active`` in the cycle after its transfer. The N visits of one request continue
 the rotation, so when the mask is redrawn part-way they need not cover every slot: a request can find
 nothing although a usable, ready slot exists (§6.3 as written; the next request will reach it).
 
+Probe targets. Slot s is target s; reserve entry (plane p, index b) is target N + p * B + b (below 2N,
+:func:`~mrcnic.hdl.tx.layouts.target_bits`). The prober is built with N + P * B targets.
+
+Reserve. Per (QP, plane), B entries ``{ev, state: EMPTY | BACKUP | PROBING, order}``
+(:func:`reserve_entry_layout`, registers). BACKUP entries form the plane's backup list of §6.1:
+``order`` is an entry's rank among the BACKUP entries of its (QP, plane), 0 = oldest, so the first
+backup is the one with rank 0; an entry that becomes BACKUP (``reserve_configure``, or a restore from the
+probe list) takes the last rank, and the ranks above an entry that leaves BACKUP move down by one. This
+is the FIFO of the reference model (``mrcnic.model.ev``: ``pop(0)`` on a retirement, ``append`` on a
+restore). PROBING entries form the probe list: a retired EV that left its slot.
+
 Feedback semantics (§6.4; a slot is *usable* when it is GOOD, any skip, on a plane that is up):
 
 * ECN: GOOD -> skip = min(skip + 1, 15). TRIM: GOOD -> skip = min(skip + 4, 15). No effect otherwise.
-* LOSS: GOOD on an up plane -> ASSUMED_BAD (skip 0), unless the usable count would fall below
-  ``min_active``; then unchanged (``stat_guarded``). On a down plane, or a slot not GOOD: no change
-  (§6.5). Future work: the backup list of §6.4 (a backup EV takes the slot, the bad EV goes to the probe
-  list) and the host notification of GOOD <-> ASSUMED_BAD changes are not in this block yet.
-* PROBE_OK: ASSUMED_BAD -> GOOD, skip 0. No effect on GOOD or DENIED slots (a late probe answer must
-  not undo the host's DENY). §6.4's "skip = 1 if the last answer had M = SKIP_ONCE" is PROBE_OK
-  followed by ECN.
+* LOSS on a GOOD slot on an up plane: if the QP has a BACKUP entry on that plane, the oldest one's EV
+  takes the slot (GOOD, skip 0; the usable count does not change, so there is no guard), the entry
+  becomes PROBING with the bad EV and ``watch`` gets {target = its target, bad EV, start 1}
+  (``stat_retired`` and ``stat_replaced`` += 1). Otherwise ASSUMED_BAD in place (skip 0) with ``watch``
+  {target = slot, ev, start 1}, unless the usable count would fall below ``min_active``; then unchanged
+  (``stat_guarded``). On a down plane, or a slot not GOOD: no change (§6.5).
+* PROBE_OK / PROBE_OK_SKIP (the prober's restore after k answers, the last with M = SKIP_ONCE for
+  PROBE_OK_SKIP), target = slot: ASSUMED_BAD -> GOOD with skip 0 / skip 1. No effect on GOOD or DENIED
+  slots (a late probe answer must not undo the host's DENY). Target = reserve entry: PROBING with that
+  EV -> BACKUP, the newest of its plane (§6.4: "goes to the tail of its plane's backup list"); any other
+  entry state or EV: stale.
 * DENY: any -> DENIED, skip 0 (not guarded: the host decides). RESTORE: any -> GOOD, skip 0.
+* Every event other than PROBE_OK / PROBE_OK_SKIP on a target >= N: stale.
+* Probing stops (``watch`` {target = slot, old EV, start 0}) when an ASSUMED_BAD slot is overwritten by
+  ``configure`` or changed by DENY or RESTORE. A ``configure`` with state ASSUMED_BAD starts no probing
+  (the host brings that slot back). A slot restored by PROBE_OK(_SKIP) emits nothing: the prober stopped
+  that target itself when it sent the restore.
 
-Reset. Every slot is DENIED with EV 0 and every rotation is in the ``seed = 1`` state; the table is
-cleared in Q x N cycles after each reset, during which no stream is ready.
+Reset. Every slot is DENIED with EV 0, every reserve entry EMPTY, and every rotation is in the ``seed =
+1`` state; the table is cleared in Q x N cycles after each reset, during which no stream is ready.
 
-Timing and hazards. One state machine owns the EV table, the rotation registers and the usable
-counts, and runs one operation at a time, so no two read-modify-writes overlap:
+Timing and hazards. One state machine owns the EV table, the reserve, the rotation registers and the
+usable counts, and runs one operation at a time, so no two read-modify-writes overlap:
 
 * a request takes 1 cycle to issue the first read, 1 cycle per visited candidate, and a response cycle
   in which the next operation is already accepted: 2 cycles per decision when the first candidate is
   chosen, ``1 + visits`` in general, N + 1 at most (plus backpressure);
-* configure/feedback take 2 cycles (read, then decide and write), the second overlapping the next
-  accept, so back-to-back updates run at 1 per cycle; a seed takes 1 cycle.
+* configure/reserve_configure/feedback take 2 cycles (read, then decide and write), the second
+  overlapping the next accept, so back-to-back updates run at 1 per cycle, a LOSS with a replacement
+  included; a seed takes 1 cycle.
+
+``watch`` never drops a record: records go through a 2-entry FIFO, and an update that may emit one
+(``configure``, ``reserve_configure``, feedback LOSS / DENY / RESTORE; at most one record each) is only
+accepted when the FIFO will have room in its decision cycle. With ``watch`` always ready this never
+stalls; while ``watch`` is held, those updates wait (requests, seeds and other feedback go on).
 
 Visits are pipelined: while the candidate read last cycle is decided (and its skip decrement written),
 the next candidate is read speculatively; a choice just discards that read. The same slot can be read
 in the cycle its decrement is written (at a rotation wrap, e.g. ``... 4 5 | 5 4 ...``, or an operation
 accepted while an update writes), so the read port is transparent to the write port. When both updates
-(configure, seed, feedback, in that priority) and requests are waiting, they alternate.
+(configure, reserve_configure, seed, feedback, in that priority) and requests are waiting, they
+alternate.
 """
 
 from amaranth import Array, Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib import data, enum, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .layouts import FeedbackEvent, bits_for, feedback_layout
+from .layouts import FeedbackEvent, bits_for, feedback_layout, target_bits
 
 __all__ = [
     "LFSR_TAPS",
     "STATS",
     "EvState",
     "PathSelector",
+    "ReserveState",
     "configure_layout",
     "entry_layout",
     "lfsr_wrap_matrix",
     "request_layout",
+    "reserve_configure_layout",
+    "reserve_entry_layout",
     "response_layout",
     "seed_layout",
+    "watch_layout",
 ]
 
 LFSR_TAPS = 0xB400  # x^16 + x^14 + x^13 + x^11 + 1, Galois form (§6.2)
 LFSR_STEPS = 16  # per redraw, so every mask bit is fresh (§6.2)
 SKIP_MAX = 15
+MAX_BACKUPS = 4
 
 STATS = (
     "retired",
@@ -97,6 +142,7 @@ STATS = (
     "skipped_visits",
     "not_found",
     "config_rejected",
+    "replaced",
 )
 
 
@@ -108,12 +154,41 @@ class EvState(enum.Enum, shape=2):
     DENIED = 2
 
 
+class ReserveState(enum.Enum, shape=2):
+    """State of a reserve entry (§6.1, §6.4): unused, on the backup list, or on the probe list."""
+
+    EMPTY = 0
+    BACKUP = 1
+    PROBING = 2
+
+
 def entry_layout() -> data.StructLayout:
     return data.StructLayout({"ev": 32, "state": EvState, "skip": 4})
 
 
+def reserve_entry_layout(backups: int) -> data.StructLayout:
+    """``order``: rank among the BACKUP entries of the same (QP, plane), 0 = oldest (next to take a slot)."""
+    return data.StructLayout({"ev": 32, "state": ReserveState, "order": bits_for(max(backups, 1))})
+
+
 def configure_layout(qps: int, ev_slots: int) -> data.StructLayout:
     return data.StructLayout({"qp": bits_for(qps), "slot": bits_for(ev_slots), "ev": 32, "state": EvState})
+
+
+def reserve_configure_layout(qps: int, planes: int, backups: int) -> data.StructLayout:
+    return data.StructLayout(
+        {
+            "qp": bits_for(qps),
+            "plane": bits_for(planes),
+            "index": bits_for(max(backups, 1)),
+            "ev": 32,
+            "valid": 1,  # 1: BACKUP with ev; 0: EMPTY
+        }
+    )
+
+
+def watch_layout(qps: int, ev_slots: int) -> data.StructLayout:
+    return data.StructLayout({"qp": bits_for(qps), "target": target_bits(ev_slots), "ev": 32, "start": 1})
 
 
 def seed_layout(qps: int) -> data.StructLayout:
@@ -145,22 +220,29 @@ def _lfsr_wrap_int(value: int) -> int:
 
 
 class PathSelector(wiring.Component):
-    """EV slot table, per-QP LFSR rotation and EV state machine (see the module docstring)."""
+    """EV slot table, reserve, per-QP LFSR rotation and EV state machine (see the module docstring)."""
 
-    def __init__(self, *, qps: int, ev_slots: int, planes: int = 1):
+    def __init__(self, *, qps: int, ev_slots: int, planes: int = 1, backups: int = 2):
         if ev_slots < 4 or ev_slots > 256 or ev_slots & (ev_slots - 1):
             raise ValueError(f"ev_slots must be a power of two from 4 to 256, not {ev_slots}")
         if planes < 1 or planes > 8 or planes & (planes - 1) or ev_slots % planes:
             raise ValueError(f"planes must be 1, 2, 4 or 8 and divide ev_slots, not {planes}")
         if qps < 1:
             raise ValueError(f"qps must be at least 1, not {qps}")
-        self.qps, self.ev_slots, self.planes = qps, ev_slots, planes
+        if not 0 <= backups <= MAX_BACKUPS or backups * planes > ev_slots:
+            raise ValueError(
+                f"backups must be 0 .. {MAX_BACKUPS} with backups * planes <= ev_slots, not {backups}"
+            )
+        self.qps, self.ev_slots, self.planes, self.backups = qps, ev_slots, planes, backups
+        self.targets = ev_slots + planes * backups  # probe targets per QP (the prober's ``targets``)
         members = {
             "configure": In(stream.Signature(configure_layout(qps, ev_slots))),
+            "reserve_configure": In(stream.Signature(reserve_configure_layout(qps, planes, backups))),
             "seed": In(stream.Signature(seed_layout(qps))),
             "request": In(stream.Signature(request_layout(qps, ev_slots))),
             "response": Out(stream.Signature(response_layout(qps, ev_slots, planes))),
             "feedback": In(stream.Signature(feedback_layout(qps, ev_slots))),
+            "watch": Out(stream.Signature(watch_layout(qps, ev_slots))),
             "plane_ready": In(planes, init=(1 << planes) - 1),
             "plane_up": In(planes, init=(1 << planes) - 1),
             "min_active": In(range(ev_slots + 1), init=ev_slots // 4),
@@ -170,8 +252,9 @@ class PathSelector(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        qps, n, planes = self.qps, self.ev_slots, self.planes
+        qps, n, planes, nb = self.qps, self.ev_slots, self.planes, self.backups
         slot_bits = bits_for(n)
+        plane_bits = (planes - 1).bit_length()  # 0 when P = 1
         wrap_rows = lfsr_wrap_matrix()
 
         def wrap(lfsr):
@@ -206,10 +289,11 @@ class PathSelector(wiring.Component):
         avoid_slot = Signal(slot_bits)
         avoid_valid = Signal()
         u_config = Signal()  # update: configure (1) or feedback (0)
-        u_slot = Signal(slot_bits)
+        u_slot = Signal(target_bits(n))  # a slot, or for feedback a probe target
         u_ev = Signal(32)
         u_state = Signal(EvState)
         u_event = Signal(FeedbackEvent)
+        u_rc = Signal(reserve_configure_layout(qps, planes, nb))
         resp = Signal(response_layout(qps, n, planes))
         last_was_update = Signal()
 
@@ -227,6 +311,67 @@ class PathSelector(wiring.Component):
         def plane_of(slot):
             return slot[: bits_for(planes)] if planes > 1 else Const(0, 1)
 
+        # Watch records: a 2-entry FIFO, loaded by the decision of an update (at most one record each).
+        m.submodules.watch_fifo = watch_fifo = fifo.SyncFIFO(width=watch_layout(qps, n).size, depth=2)
+        wl_en = Signal()
+        wl = Signal(watch_layout(qps, n))
+        m.d.comb += [
+            wl.qp.eq(op_qp),
+            watch_fifo.w_data.eq(wl.as_value()),
+            watch_fifo.w_en.eq(wl_en),
+            self.watch.valid.eq(watch_fifo.r_rdy),
+            self.watch.payload.eq(watch_fifo.r_data),
+            watch_fifo.r_en.eq(self.watch.ready),
+        ]
+        # An update accepted now decides next cycle: the FIFO must then have room for its record.
+        watch_room = Signal()
+        drained = watch_fifo.r_rdy & watch_fifo.r_en
+        m.d.comb += watch_room.eq(watch_fifo.level + wl_en - drained <= 1)
+
+        def emit(target, ev, start):
+            m.d.comb += [wl_en.eq(1), wl.target.eq(target), wl.ev.eq(ev), wl.start.eq(start)]
+
+        # Reserve, registers indexed (QP * P + plane) * B + index; reset = all EMPTY. Every access is to
+        # the group (op_qp, g_plane) of the operation being decided.
+        g_plane = Signal(range(planes))
+        g_base = Signal(range(qps * planes * max(nb, 1) + 1))
+        m.d.comb += g_base.eq((Cat(g_plane[:plane_bits], op_qp) if plane_bits else op_qp) * nb)
+        res = Signal(data.ArrayLayout(reserve_entry_layout(nb), qps * planes * nb)) if nb else None
+        grp = [res[g_base + b] for b in range(nb)]
+        is_backup = [e.state == ReserveState.BACKUP for e in grp]
+        backups_now = Signal(range(nb + 1))  # BACKUP entries in the group
+        m.d.comb += backups_now.eq(sum(is_backup) if nb else 0)
+        oldest = Signal(range(max(nb, 1)))  # the BACKUP entry with rank 0 (valid when backups_now > 0)
+        for b in reversed(range(nb)):
+            with m.If(is_backup[b] & (grp[b].order == 0)):
+                m.d.comb += oldest.eq(b)
+
+        # Reserve write (comb control): entry rs_idx of the group := {rs_state, rs_ev}; it leaves the
+        # backup FIFO if it was in it, and joins it at the tail when rs_state is BACKUP.
+        rs_en = Signal()
+        rs_idx = Signal(range(max(nb, 1)))
+        rs_state = Signal(ReserveState)
+        rs_ev = Signal(32)
+        if nb:
+            sel = Array(grp)[rs_idx]
+            was_backup = sel.state == ReserveState.BACKUP
+            with m.If(rs_en):
+                for b in range(nb):
+                    with m.If(rs_idx == b):
+                        m.d.sync += [
+                            res[g_base + b].state.eq(rs_state),
+                            res[g_base + b].ev.eq(rs_ev),
+                            res[g_base + b].order.eq(backups_now - was_backup),
+                        ]
+                    with m.Elif(was_backup & is_backup[b] & (grp[b].order > sel.order)):
+                        m.d.sync += res[g_base + b].order.eq(grp[b].order - 1)
+
+        def reserve_set(index, state, ev):
+            m.d.comb += [rs_en.eq(1), rs_idx.eq(index), rs_state.eq(state), rs_ev.eq(ev)]
+
+        def reserve_target(plane, index):
+            return n + plane * nb + index
+
         def advance(lfsr, idx, mask):
             """(lfsr, idx, mask) after one visit: idx + 1, and wrap() when idx comes back to 0."""
             wrapped = idx == n - 1
@@ -239,8 +384,24 @@ class PathSelector(wiring.Component):
 
         def accept():
             """Take the next operation (from IDLE, or in the last cycle of the previous one)."""
-            cfg, sd, fb, req = self.configure, self.seed, self.feedback, self.request
-            any_update = cfg.valid | sd.valid | fb.valid
+            cfg, rc, sd, fb, req = (
+                self.configure,
+                self.reserve_configure,
+                self.seed,
+                self.feedback,
+                self.request,
+            )
+            # Updates that may emit a watch record wait for room (never a dropped record).
+            ev_kind = fb.payload.event
+            may_emit = (
+                (ev_kind == FeedbackEvent.LOSS)
+                | (ev_kind == FeedbackEvent.DENY)
+                | (ev_kind == FeedbackEvent.RESTORE)
+            )
+            cfg_go = cfg.valid & watch_room
+            rc_go = rc.valid & watch_room
+            fb_go = fb.valid & (watch_room | ~may_emit)
+            any_update = cfg_go | rc_go | sd.valid | fb_go
             with m.If(req.valid & ~(any_update & ~last_was_update)):
                 q = req.payload.qp
                 first = rot_idx[q] ^ rot_mask[q]
@@ -255,7 +416,7 @@ class PathSelector(wiring.Component):
                 ]
                 m.d.sync += advance(rot_lfsr[q], rot_idx[q], rot_mask[q])
                 m.next = "VISIT"
-            with m.Elif(cfg.valid):
+            with m.Elif(cfg_go):
                 m.d.comb += [cfg.ready.eq(1), rd.addr.eq(Cat(cfg.payload.slot, cfg.payload.qp))]
                 m.d.sync += [
                     op_qp.eq(cfg.payload.qp),
@@ -266,6 +427,10 @@ class PathSelector(wiring.Component):
                     last_was_update.eq(1),
                 ]
                 m.next = "UPDATE"
+            with m.Elif(rc_go):
+                m.d.comb += rc.ready.eq(1)
+                m.d.sync += [op_qp.eq(rc.payload.qp), u_rc.eq(rc.payload), last_was_update.eq(1)]
+                m.next = "RESERVE"
             with m.Elif(sd.valid):
                 q = sd.payload.qp
                 seed = Mux(sd.payload.seed == 0, 1, sd.payload.seed)
@@ -277,8 +442,8 @@ class PathSelector(wiring.Component):
                     last_was_update.eq(1),
                 ]
                 m.next = "IDLE"
-            with m.Elif(fb.valid):
-                m.d.comb += [fb.ready.eq(1), rd.addr.eq(Cat(fb.payload.slot, fb.payload.qp))]
+            with m.Elif(fb_go):
+                m.d.comb += [fb.ready.eq(1), rd.addr.eq(Cat(fb.payload.slot[:slot_bits], fb.payload.qp))]
                 m.d.sync += [
                     op_qp.eq(fb.payload.qp),
                     u_config.eq(0),
@@ -345,12 +510,35 @@ class PathSelector(wiring.Component):
                 with m.If(self.response.ready):
                     accept()
 
+            with m.State("RESERVE"):
+                # reserve_configure: registers only; decided here so it never overlaps another reserve
+                # write (the next operation is accepted in this cycle and decides in the next).
+                rcp = u_rc
+                m.d.comb += g_plane.eq(rcp.plane)
+                ok = (rcp.qp < qps) & (rcp.plane < planes) & (rcp.index < nb)
+                ok &= ~rcp.valid | (rcp.ev[29:32] == rcp.plane)
+                if nb:
+                    with m.If(ok):
+                        old = Array(grp)[rcp.index]
+                        new_state = Mux(rcp.valid, ReserveState.BACKUP, ReserveState.EMPTY)
+                        reserve_set(rcp.index, new_state, rcp.ev)
+                        with m.If(old.state == ReserveState.PROBING):
+                            emit(reserve_target(rcp.plane, rcp.index), old.ev, 0)
+                    with m.Else():
+                        m.d.comb += bump["config_rejected"].eq(1)
+                else:
+                    m.d.comb += bump["config_rejected"].eq(1)  # no reserve
+                accept()
+
             with m.State("UPDATE"):
                 # Decide on the entry read last cycle, write it back, then take the next operation.
                 plane = plane_of(u_slot)
                 is_good = entry.state == EvState.GOOD
+                is_bad = entry.state == EvState.ASSUMED_BAD
+                probe_ok = (u_event == FeedbackEvent.PROBE_OK) | (u_event == FeedbackEvent.PROBE_OK_SKIP)
                 inc, dec = Signal(), Signal()  # GOOD count of (op_qp, plane) +1 / -1
-                m.d.comb += wr.addr.eq(Cat(u_slot, op_qp))
+                m.d.comb += wr.addr.eq(Cat(u_slot[:slot_bits], op_qp))
+                m.d.comb += g_plane.eq(plane)
                 with m.If(u_config):
                     with m.If(u_ev[29:32] == plane):
                         m.d.comb += [
@@ -361,8 +549,28 @@ class PathSelector(wiring.Component):
                             inc.eq(u_state == EvState.GOOD),
                             dec.eq(is_good),
                         ]
+                        with m.If(is_bad):
+                            emit(u_slot, entry.ev, 0)
                     with m.Else():
                         m.d.comb += bump["config_rejected"].eq(1)
+                with m.Elif(u_slot[slot_bits]):
+                    # A reserve target (>= N): only the prober's restore of a probed EV means something.
+                    r_hit = Signal()
+                    r_index = Signal(range(max(nb, 1)))
+                    with m.Switch(u_slot[:slot_bits]):
+                        for p in range(planes):
+                            for b in range(nb):
+                                with m.Case(p * nb + b):
+                                    m.d.comb += [r_hit.eq(1), g_plane.eq(p), r_index.eq(b)]
+                    r_entry = Array(grp)[r_index] if nb else None
+                    restore = r_hit & probe_ok & (op_qp < qps)
+                    if nb:
+                        restore &= (r_entry.state == ReserveState.PROBING) & (r_entry.ev == u_ev)
+                    with m.If(restore):
+                        reserve_set(r_index, ReserveState.BACKUP, u_ev)
+                        m.d.comb += bump["restored"].eq(1)
+                    with m.Else():
+                        m.d.comb += bump["stale_feedback"].eq(1)
                 with m.Elif(entry.ev != u_ev):
                     m.d.comb += bump["stale_feedback"].eq(1)
                 with m.Else():
@@ -377,8 +585,21 @@ class PathSelector(wiring.Component):
                                 ]
                         with m.Case(FeedbackEvent.LOSS):
                             with m.If(is_good & self.plane_up.bit_select(plane, 1)):
-                                # The slot is usable, so it would leave usable - 1 (§6.4 guard).
-                                with m.If(usable <= self.min_active):
+                                # §6.4 guard and replacement: the oldest backup first (no guard: the
+                                # usable count stays), else the floor guard, else retire in place.
+                                with m.If(backups_now != 0):
+                                    m.d.comb += [
+                                        wr.data.ev.eq(Array(grp)[oldest].ev if nb else 0),
+                                        wr.data.state.eq(EvState.GOOD),
+                                        wr.data.skip.eq(0),
+                                        wr.en.eq(1),
+                                        bump["retired"].eq(1),
+                                        bump["replaced"].eq(1),
+                                    ]
+                                    reserve_set(oldest, ReserveState.PROBING, u_ev)
+                                    emit(reserve_target(plane, oldest), u_ev, 1)
+                                with m.Elif(usable <= self.min_active):
+                                    # The slot is usable, so it would leave usable - 1.
                                     m.d.comb += bump["guarded"].eq(1)
                                 with m.Else():
                                     m.d.comb += [
@@ -388,11 +609,12 @@ class PathSelector(wiring.Component):
                                         dec.eq(1),
                                         bump["retired"].eq(1),
                                     ]
-                        with m.Case(FeedbackEvent.PROBE_OK):
-                            with m.If(entry.state == EvState.ASSUMED_BAD):
+                                    emit(u_slot, u_ev, 1)
+                        with m.Case(FeedbackEvent.PROBE_OK, FeedbackEvent.PROBE_OK_SKIP):
+                            with m.If(is_bad):
                                 m.d.comb += [
                                     wr.data.state.eq(EvState.GOOD),
-                                    wr.data.skip.eq(0),
+                                    wr.data.skip.eq(u_event == FeedbackEvent.PROBE_OK_SKIP),
                                     wr.en.eq(1),
                                     inc.eq(1),
                                     bump["restored"].eq(1),
@@ -404,14 +626,18 @@ class PathSelector(wiring.Component):
                                 wr.en.eq(1),
                                 dec.eq(is_good),
                             ]
+                            with m.If(is_bad):
+                                emit(u_slot, u_ev, 0)
                         with m.Case(FeedbackEvent.RESTORE):
                             m.d.comb += [
                                 wr.data.state.eq(EvState.GOOD),
                                 wr.data.skip.eq(0),
                                 wr.en.eq(1),
                                 inc.eq(~is_good),
-                                bump["restored"].eq(entry.state == EvState.ASSUMED_BAD),
+                                bump["restored"].eq(is_bad),
                             ]
+                            with m.If(is_bad):
+                                emit(u_slot, u_ev, 0)
                 for q in range(qps):
                     for p in range(planes):
                         with m.If((op_qp == q) & (plane == p)):

@@ -2,23 +2,27 @@
 
 Ref: docs/protocol.md §2-§9; DESIGN.md "Gateware architecture".
 
-    work_request ► Segmenter ◄─► QpScheduler ◄── retransmit
-                        │ descriptor
+    work_request ► Segmenter ◄─► QpScheduler ◄── Retransmitter ◄── retransmit {qp, psn}
+                        │ descriptor     (new ones are stored in the Retransmitter)
                         ▼
     PathSelector (EV slot, plane) ► QP context (peer QPN, GID, destination) ► SourceRouter (outer DA)
-                        │ job
+      (probes skip it: their EV is given) │ job                                ► sent (to the tracker)
                         ▼
     HeaderBuilder ◄─► DmaReader (AXI4 reads of the payload) ► StreamPacker ► IcrcInserter
                         ► PlaneDemux ► m_axis[p], one per plane
 
-Until the host interface exists (issue 7), configuration enters through the ``*_configure`` streams and
-the register inputs; the TX tracker and congestion controller (issue 6) will drive ``retransmit``,
-``psn_limit``, ``cwnd_open`` and ``feedback``.
+This is the data path. The closed loop around it (``mrcnic.hdl.nic``) drives ``retransmit`` and
+``psn_limit`` from the TX tracker, ``cwnd_open`` from the congestion controller, ``probe`` from the
+prober, and ``feedback`` (path events) from the tracker and the prober; ``sent`` reports every data packet
+to the tracker, ``watch`` the EVs to probe to the prober. Until the host interface exists (issue 7),
+configuration enters through the ``*_configure`` streams and the register inputs.
 """
 
 from amaranth import Module, Signal
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
+
+from mrcnic.wire.constants import Opcode
 
 from ..dma.axi import Axi4ReadSignature
 from ..dma.reader import DmaReader
@@ -26,25 +30,36 @@ from ..stream import AxiStreamSignature, stream_to_axis
 from ..stream_packer import StreamPacker
 from .header_builder import MAX_HEADER_BYTES, HeaderBuilder, job_layout, packet_beats_bound, tx_config_layout
 from .icrc_inserter import IcrcInserter
-from .layouts import MAX_PMTU, bits_for, descriptor_layout, feedback_layout, work_request_layout
+from .layouts import MAX_PMTU, bits_for, feedback_layout, work_request_layout
+from .path_selector import STATS as PATH_STATS
 from .path_selector import PathSelector, configure_layout, seed_layout
 from .plane_demux import PlaneDemux
+from .retransmitter import Retransmitter
 from .scheduler import QpScheduler
 from .segmenter import Segmenter
 from .source_router import RouteTemplateLayout, SourceRouter
+from .tracker import retransmit_layout, sent_layout
 
-__all__ = ["TxPipeline", "qp_context_layout"]
+__all__ = ["TxPipeline", "probe_request_layout", "qp_context_layout"]
+
+
+def probe_request_layout(qps: int) -> data.StructLayout:
+    """A reliability probe to send now: the QP, the EV it probes (its plane is EV[31:29]), its id (§7.8)."""
+    return data.StructLayout({"qp": bits_for(qps), "ev": 32, "probe_id": 16})
 
 
 def qp_context_layout(destinations: int) -> data.StructLayout:
     """What the transmit side knows about the peer of a QP (set at connect time)."""
-    return data.StructLayout({"peer_qpn": 24, "peer_gid": 128, "dest": bits_for(destinations)})
+    return data.StructLayout(
+        {"qpn": 24, "peer_qpn": 24, "peer_gid": 128, "dest": bits_for(destinations)}  # qpn: own (PETH)
+    )
 
 
 class TxPipeline(wiring.Component):
-    """Parameters: ``data_width`` (bytes per beat), ``planes``, ``qps``, ``ev_slots``, ``destinations``,
-    ``plane_fifo_packets`` (maximum-size packets each plane FIFO holds), ``retry_cycles`` (wait before
-    asking the path selector again when no EV was usable).
+    """Parameters: ``data_width`` (bytes per beat), ``planes``, ``qps``, ``ev_slots``, ``backups`` (reserve
+    EVs per QP and plane), ``window`` (PSNs a QP may have outstanding: the Retransmitter's depth per QP),
+    ``destinations``, ``plane_fifo_packets`` (maximum-size packets each plane FIFO holds),
+    ``retry_cycles`` (wait before asking the path selector again when no EV was usable).
     """
 
     def __init__(
@@ -54,20 +69,29 @@ class TxPipeline(wiring.Component):
         planes: int = 4,
         qps: int = 4,
         ev_slots: int = 16,
+        backups: int = 2,
+        window: int = 256,
         destinations: int = 4,
         plane_fifo_packets: int = 2,
         retry_cycles: int = 16,
     ):
         self.data_width, self.planes, self.qps = data_width, planes, qps
         self.ev_slots, self.destinations = ev_slots, destinations
+        self.backups, self.window = backups, window
         self.retry_cycles = retry_cycles
+        self._paths = PathSelector(qps=qps, ev_slots=ev_slots, planes=planes, backups=backups)
+        path_ports = self._paths.signature.members
         self.max_packet_beats = -(-(MAX_HEADER_BYTES + MAX_PMTU + 4) // data_width) + 1
         self.plane_fifo_depth = 1 << (plane_fifo_packets * self.max_packet_beats - 1).bit_length()
         dest_bits = bits_for(destinations)
         members = {
             "work_request": In(stream.Signature(work_request_layout(qps))),
-            "retransmit": In(stream.Signature(descriptor_layout(qps, ev_slots))),
+            "retransmit": In(stream.Signature(retransmit_layout(qps, ev_slots))),
+            "probe": In(stream.Signature(probe_request_layout(qps))),
+            "sent": Out(stream.Signature(sent_layout(qps, ev_slots))),
             "feedback": In(stream.Signature(feedback_layout(qps, ev_slots))),
+            "reserve_configure": In(path_ports["reserve_configure"].signature.flip()),
+            "watch": Out(path_ports["watch"].signature),
             "sequence_configure": In(
                 stream.Signature(data.StructLayout({"qp": bits_for(qps), "psn": 24, "msn": 16, "rqmsn": 16}))
             ),
@@ -87,14 +111,19 @@ class TxPipeline(wiring.Component):
             "psn_limit": In(data.ArrayLayout(24, qps)),
             "cwnd_open": In(qps),
             "plane_up": In(planes, init=(1 << planes) - 1),
+            "plane_queue_beats": In(range(self.plane_fifo_depth + 1), init=self.plane_fifo_depth),
             "now_ts": In(16),
             "slot_free": Out(qps),
             "m_axi": Out(Axi4ReadSignature(addr_width=64, data_width_bytes=data_width)),
             "m_axis": Out(AxiStreamSignature(data_width)).array(planes),
             "stat_packets": Out(32),
+            "stat_probes": Out(32),
+            "stat_ack_requests": Out(32),
+            "stat_stale_retransmits": Out(32),
             "stat_no_path": Out(32),
             "stat_rejected_wr": Out(32),
             "stat_dma_errors": Out(32),
+            **{f"stat_path_{name}": Out(32) for name in PATH_STATS},
         }
         super().__init__(members)
 
@@ -103,7 +132,8 @@ class TxPipeline(wiring.Component):
         w, planes, qps = self.data_width, self.planes, self.qps
         m.submodules.segmenter = seg = Segmenter(qps=qps, ev_slots=self.ev_slots)
         m.submodules.scheduler = sch = QpScheduler(qps=qps, ev_slots=self.ev_slots)
-        m.submodules.paths = paths = PathSelector(qps=qps, ev_slots=self.ev_slots, planes=planes)
+        m.submodules.paths = paths = self._paths
+        m.submodules.retransmitter = rtx = Retransmitter(qps=qps, window=self.window, ev_slots=self.ev_slots)
         m.submodules.router = router = SourceRouter(destinations=self.destinations)
         m.submodules.builder = builder = HeaderBuilder(
             data_width=w, qps=qps, ev_slots=self.ev_slots, planes=planes
@@ -121,7 +151,10 @@ class TxPipeline(wiring.Component):
         # -- configuration and control inputs
         wiring.connect(m, wiring.flipped(self.work_request), seg.work_request)
         wiring.connect(m, wiring.flipped(self.sequence_configure), seg.configure)
-        wiring.connect(m, wiring.flipped(self.retransmit), sch.retransmit)
+        wiring.connect(m, wiring.flipped(self.retransmit), rtx.request)
+        wiring.connect(m, rtx.descriptor, sch.retransmit)
+        wiring.connect(m, wiring.flipped(self.reserve_configure), paths.reserve_configure)
+        wiring.connect(m, wiring.flipped(self.watch), paths.watch)
         wiring.connect(m, wiring.flipped(self.ev_configure), paths.configure)
         wiring.connect(m, wiring.flipped(self.ev_seed), paths.seed)
         wiring.connect(m, wiring.flipped(self.feedback), paths.feedback)
@@ -138,14 +171,21 @@ class TxPipeline(wiring.Component):
             paths.plane_ready.eq(demux.plane_ready & self.plane_up),
             builder.config.eq(self.config),
             builder.now_ts.eq(self.now_ts),
+            demux.queue_limit.eq(self.plane_queue_beats),
             icrc.skip.eq(54),  # Ethernet + outer IPv6 are not covered (single-IPv6 mode: 14)
             self.stat_rejected_wr.eq(seg.stat_rejected),
             self.stat_dma_errors.eq(builder.stat_dma_errors),
+            self.stat_stale_retransmits.eq(rtx.stat_stale),
+            *(getattr(self, f"stat_path_{name}").eq(getattr(paths, f"stat_{name}")) for name in PATH_STATS),
         ]
         with m.If(~self.config.srv6):
             m.d.comb += icrc.skip.eq(14)
         wiring.connect(m, sch.next_packet, seg.next_packet)
         wiring.connect(m, seg.descriptor, sch.new_packet)
+        m.d.comb += [  # every new packet's descriptor is kept for its retransmissions
+            rtx.store.payload.eq(seg.descriptor.payload),
+            rtx.store.valid.eq(seg.descriptor.valid & sch.new_packet.ready),
+        ]
 
         m.submodules.qp_context = qp_context = memory.Memory(
             shape=qp_context_layout(self.destinations), depth=qps, init=[]
@@ -160,12 +200,36 @@ class TxPipeline(wiring.Component):
         ]
 
         # -- path stage: descriptor -> EV slot -> peer context -> outer destination -> job
+        # A probe goes first (it is neither window- nor cwnd-limited, §7.8) and skips the path selector:
+        # it must go out on the EV it probes.
         job = Signal(job_layout(qps, self.ev_slots, planes))
         retry = Signal(range(self.retry_cycles + 1))
         desc = sch.descriptor.payload
+        probe = self.probe.payload
+        is_probe = job.descriptor.opcode == Opcode.PROBE
+        ends_message = job.descriptor.opcode.matches(
+            *(
+                int(op)
+                for op in (Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM, Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM)
+            )
+        )
+        with m.If(self.sent.ready):
+            m.d.sync += self.sent.valid.eq(0)
         with m.FSM():
             with m.State("DESCRIPTOR"):
-                with m.If(sch.descriptor.valid):
+                with m.If(self.probe.valid):
+                    m.d.comb += [self.probe.ready.eq(1), ctx_read.addr.eq(probe.qp)]
+                    m.d.sync += [
+                        job.descriptor.eq(0),
+                        job.descriptor.qp.eq(probe.qp),
+                        job.descriptor.opcode.eq(Opcode.PROBE),
+                        job.descriptor.probe_id.eq(probe.probe_id),
+                        job.ev.eq(probe.ev),
+                        job.slot.eq(0),
+                        job.plane.eq(probe.ev[29:32] if planes > 1 else 0),
+                    ]
+                    m.next = "CONTEXT"
+                with m.Elif(sch.descriptor.valid):
                     m.d.sync += job.descriptor.eq(desc)
                     m.d.comb += sch.descriptor.ready.eq(1)
                     m.next = "REQUEST"
@@ -207,7 +271,11 @@ class TxPipeline(wiring.Component):
                     ctx_read.addr.eq(job.descriptor.qp),
                 ]
                 with m.If(router.request.ready):
-                    m.d.sync += [job.peer_qpn.eq(peer.peer_qpn), job.peer_gid.eq(peer.peer_gid)]
+                    m.d.sync += [
+                        job.qpn.eq(peer.qpn),
+                        job.peer_qpn.eq(peer.peer_qpn),
+                        job.peer_gid.eq(peer.peer_gid),
+                    ]
                     m.next = "ROUTE"
             with m.State("ROUTE"):
                 m.d.comb += router.response.ready.eq(1)
@@ -223,9 +291,27 @@ class TxPipeline(wiring.Component):
                 ]
                 m.next = "JOB"
             with m.State("JOB"):
-                m.d.comb += [builder.job.valid.eq(1), builder.job.payload.eq(job)]
-                with m.If(builder.job.ready):
-                    m.d.sync += self.stat_packets.eq(self.stat_packets + 1)
+                # The tracker hears of every data packet (``sent``) as it goes to the builder.
+                m.d.comb += [builder.job.valid.eq(~self.sent.valid), builder.job.payload.eq(job)]
+                with m.If(builder.job.valid & builder.job.ready):
+                    with m.If(is_probe):
+                        m.d.sync += self.stat_probes.eq(self.stat_probes + 1)
+                    with m.Elif(job.descriptor.ack_req):
+                        # Asking again for a lost AETH: not a retransmission the tracker follows.
+                        m.d.sync += self.stat_ack_requests.eq(self.stat_ack_requests + 1)
+                    with m.Else():
+                        m.d.sync += [
+                            self.stat_packets.eq(self.stat_packets + 1),
+                            self.sent.valid.eq(1),
+                            self.sent.payload.qp.eq(job.descriptor.qp),
+                            self.sent.payload.psn.eq(job.descriptor.psn),
+                            self.sent.payload.slot.eq(job.slot),
+                            self.sent.payload.ev.eq(job.ev),
+                            self.sent.payload.length.eq(job.descriptor.length),
+                            self.sent.payload.rtx.eq(job.descriptor.rtx),
+                            self.sent.payload.msn.eq(job.descriptor.msn),
+                            self.sent.payload.end.eq(ends_message),
+                        ]
                     m.next = "DESCRIPTOR"
 
         # -- packet assembly: header + payload, packing, ICRC, demux to the planes

@@ -6,8 +6,11 @@ Per plane there is a FIFO of ``fifo_depth`` beats in front of the port. When a p
 ``reserve`` claims room for it (``beats``, an upper bound of its size) in its plane's FIFO; the claim is
 released when the packet's last beat has gone in (the same bound arrives with the packet on ``plane``).
 ``plane_ready[p]`` tells the path selector whether plane ``p`` still has room for one more packet of the
-largest size after all claims; so a plane whose port is blocked stops getting packets while the others
-keep flowing.
+largest size after all claims, and whether the beats waiting for it (in its FIFO and claimed) are below
+``queue_limit``; so a plane whose port is blocked stops getting packets while the others keep flowing,
+and no plane builds a deep queue inside the NIC. The limit matters for loss inference: packets are
+stamped when they are built, so the time a packet waits here shifts its send time against packets on
+other planes, and the time rule (docs/protocol.md §7.7) tolerates only ``reorder_slack`` of that.
 """
 
 from amaranth import Array, Module, Signal
@@ -24,7 +27,8 @@ __all__ = ["PlaneDemux"]
 class PlaneDemux(wiring.Component):
     """Members: ``i`` (packets in order), ``plane`` (``{plane, beats}`` for each packet, in the same
     order), ``reserve`` (``{plane, beats}``: a packet was chosen for this plane), ``plane_ready``
-    (Out(planes)), ``o`` (one packet stream per plane).
+    (Out(planes)), ``queue_limit`` (In, beats; default: the FIFO depth, i.e. no limit beyond room), ``o``
+    (one packet stream per plane).
     """
 
     def __init__(self, *, data_width: int, planes: int, fifo_depth: int, max_packet_beats: int):
@@ -41,6 +45,7 @@ class PlaneDemux(wiring.Component):
                 "plane": In(stream.Signature(plane_layout)),
                 "reserve": In(stream.Signature(plane_layout)),
                 "plane_ready": Out(planes),
+                "queue_limit": In(range(fifo_depth + 1), init=fifo_depth),
                 "o": Out(PacketStream(data_width)).array(planes),
             }
         )
@@ -77,7 +82,10 @@ class PlaneDemux(wiring.Component):
             free = Signal(range(self.fifo_depth + 1), name=f"free_{p}")
             m.d.comb += [
                 free.eq(self.fifo_depth - queues[p].level),
-                self.plane_ready[p].eq(free >= claimed[p] + self.max_packet_beats),
+                self.plane_ready[p].eq(
+                    (free >= claimed[p] + self.max_packet_beats)
+                    & (queues[p].level + claimed[p] < self.queue_limit)
+                ),
             ]
 
         # Route the current packet (its plane is at the head of ``plane``) into that plane's FIFO.

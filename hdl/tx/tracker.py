@@ -74,7 +74,9 @@ Members.
   ``stat_stale_feedback``, ``stat_retry_exceeded``.
 
 Timing. One operation at a time; priority configure > sent > feedback > scan; an operation starts only
-when the output records of the previous one have been taken. configure: 1 cycle. sent: 2 cycles (one
+when the output records of the previous one have been taken, except ``sent``, which makes no output and
+is taken meanwhile (the TX pipeline waits for ``sent`` and also drains ``retransmit``: without this the
+two could wait for each other). configure: 1 cycle. sent: 2 cycles (one
 record every 2 cycles back to back). NACK / ACK: 2 cycles, outputs valid in the cycle after. SACK: from
 acceptance to ``cc_event`` valid 5 + (PSNs released) + (set bitmap bits) cycles (both walks pipelined,
 one record per cycle; bits that are 0 cost nothing), at most W + 69 (measured with W = 256: 197 cycles
@@ -144,6 +146,8 @@ def tracker_configure_layout(qps: int) -> data.StructLayout:
 
 
 def sent_layout(qps: int, ev_slots: int) -> data.StructLayout:
+    """A data packet has gone to the header builder. ``msn`` / ``end`` (the packet ends its message) are
+    for the ACK watchdog; the tracker does not use them."""
     return data.StructLayout(
         {
             "qp": bits_for(qps),
@@ -152,12 +156,18 @@ def sent_layout(qps: int, ev_slots: int) -> data.StructLayout:
             "ev": 32,
             "length": bits_for(MAX_PMTU + 1),
             "rtx": 1,
+            "msn": 16,
+            "end": 1,
         }
     )
 
 
 def retransmit_layout(qps: int, ev_slots: int) -> data.StructLayout:
-    return data.StructLayout({"qp": bits_for(qps), "psn": PSN_BITS, "avoid_slot": bits_for(ev_slots)})
+    """Send PSN ``psn`` again, not on ``avoid_slot``; ``ack_req``: as the ACK watchdog's request for a lost
+    AETH (BTH.A = 1, not tracked as a retransmission). The tracker's requests have ack_req = 0."""
+    return data.StructLayout(
+        {"qp": bits_for(qps), "psn": PSN_BITS, "avoid_slot": bits_for(ev_slots), "ack_req": 1}
+    )
 
 
 def cc_event_layout(qps: int) -> data.StructLayout:
@@ -328,9 +338,9 @@ class TxTracker(wiring.Component):
                 m.d.comb += self.idle.eq(~pending & ~act)
                 nsp = Signal.like(sp)
                 m.d.comb += nsp.eq(Mux(sp == Q * W - 1, 0, sp + 1))
-                with m.If(pending):
-                    m.d.sync += sv.eq(0)
-                with m.Elif(cfg.valid):
+                # ``sent`` produces no output, so it is taken even while an output waits: the TX pipeline
+                # that feeds it is also what drains ``retransmit`` (no deadlock between the two).
+                with m.If(cfg.valid & ~pending):
                     m.d.comb += cfg.ready.eq(1)
                     c = cfg.payload
                     m.d.sync += [
@@ -345,6 +355,8 @@ class TxTracker(wiring.Component):
                     m.d.comb += [snt.ready.eq(1), rd.addr.eq(addr(snt.payload.qp, snt.payload.psn))]
                     m.d.sync += [s.eq(snt.payload), s_time.eq(self.now), sv.eq(0)]
                     m.next = "SENT"
+                with m.Elif(pending):
+                    m.d.sync += sv.eq(0)
                 with m.Elif(fb.valid):
                     m.d.comb += fb.ready.eq(1)
                     p = fb.payload

@@ -1,6 +1,7 @@
 """Path selector (Amaranth simulator): the §6.2 test vector, decision-for-decision comparison with a
-pure-Python reference of docs/protocol.md §6.2-§6.4, spraying evenness, and directed cases for skips,
-losses, the floor guard, busy and down planes, retransmissions and stale feedback.
+pure-Python reference of docs/protocol.md §6.2-§6.4 (with the reserve: FIFO backup lists, the probe list
+and the ``watch`` records), spraying evenness, and directed cases for skips, losses, the floor guard,
+backup replacement, busy and down planes, retransmissions, stale feedback and ``watch`` backpressure.
 
 Random stalls on every stream; seeds printed (rerun one with ``PATH_SELECTOR_SEED=<seed>``).
 """
@@ -13,7 +14,7 @@ import pytest
 from amaranth.back import verilog
 
 from mrcnic.hdl.tx.layouts import FeedbackEvent as Ev
-from mrcnic.hdl.tx.path_selector import STATS, EvState, PathSelector, lfsr_wrap_matrix
+from mrcnic.hdl.tx.path_selector import STATS, EvState, PathSelector, ReserveState, lfsr_wrap_matrix
 from mrcnic.wire import make_ev
 
 from support.pysim import run, stream_get, stream_put
@@ -21,6 +22,8 @@ from support.pysim import run, stream_get, stream_put
 # §6.2: N = 8, seed 0xACE1, all GOOD, all ready.
 VECTOR = [2, 3, 0, 1, 6, 7, 4, 5, 5, 4, 7, 6, 1, 0, 3, 2, 7, 6, 5, 4, 3, 2, 1, 0, 7, 6, 5, 4, 3, 2, 1, 0]
 GOOD, BAD, DENIED = EvState.GOOD, EvState.ASSUMED_BAD, EvState.DENIED
+EMPTY, BACKUP, PROBING = ReserveState.EMPTY, ReserveState.BACKUP, ReserveState.PROBING
+PROBE_OKS = (Ev.PROBE_OK, Ev.PROBE_OK_SKIP)
 
 
 def new_seed() -> int:
@@ -58,13 +61,22 @@ def candidates(seed: int, n: int, count: int) -> list[int]:
 
 
 class Reference:
-    """What the path selector must decide, visit by visit (§6.2 rotation, §6.3 rules, §6.4 events)."""
+    """What the path selector must decide, visit by visit (§6.2 rotation, §6.3 rules, §6.4 events), with
+    the reserve of B entries per (QP, plane) and the ``watch`` records it emits (``self.watch``, in order:
+    ``(qp, target, ev, start)``)."""
 
-    def __init__(self, qps: int, n: int, planes: int):
-        self.n, self.planes = n, planes
+    def __init__(self, qps: int, n: int, planes: int, backups: int = 2):
+        self.qps, self.n, self.planes, self.backups = qps, n, planes, backups
         self.table = [[[0, DENIED, 0] for _ in range(n)] for _ in range(qps)]  # [ev, state, skip]
         self.rot = [self._init(1) for _ in range(qps)]  # [lfsr, idx, mask]
+        # reserve[q][p][b] = [ev, ReserveState]; fifo[q][p]: the BACKUP indices, oldest first
+        self.reserve = [[[[0, EMPTY] for _ in range(backups)] for _ in range(planes)] for _ in range(qps)]
+        self.fifo = [[[] for _ in range(planes)] for _ in range(qps)]
+        self.watch = []
         self.stats = Counter()
+
+    def target(self, plane, index):
+        return self.n + plane * self.backups + index
 
     def _init(self, seed):
         lfsr = lfsr_wrap(seed or 1)
@@ -108,32 +120,69 @@ class Reference:
         if ev >> 29 != slot % self.planes:
             self.stats["config_rejected"] += 1
         else:
+            old = self.table[qp][slot]
+            if old[1] == BAD:
+                self.watch.append((qp, slot, old[0], 0))
             self.table[qp][slot] = [ev, state, 0]
 
+    def reserve_configure(self, qp, plane, index, ev, valid):
+        if qp >= self.qps or plane >= self.planes or index >= self.backups or (valid and ev >> 29 != plane):
+            self.stats["config_rejected"] += 1
+            return
+        e, fifo = self.reserve[qp][plane][index], self.fifo[qp][plane]
+        if e[1] == PROBING:
+            self.watch.append((qp, self.target(plane, index), e[0], 0))
+        if index in fifo:
+            fifo.remove(index)
+        if valid:
+            e[:] = [ev, BACKUP]
+            fifo.append(index)
+        else:
+            e[1] = EMPTY
+
     def feedback(self, qp, slot, ev, event, up, min_active):
+        if slot >= self.n:  # a reserve entry: only a probe restore of its probed EV counts
+            p, b = divmod(slot - self.n, self.backups) if self.backups else (self.planes, 0)
+            if event in PROBE_OKS and p < self.planes and self.reserve[qp][p][b] == [ev, PROBING]:
+                self.reserve[qp][p][b][1] = BACKUP
+                self.fifo[qp][p].append(b)
+                self.stats["restored"] += 1
+            else:
+                self.stats["stale_feedback"] += 1
+            return
         e = self.table[qp][slot]
         if e[0] != ev:
             self.stats["stale_feedback"] += 1
             return
+        p = slot % self.planes
         if event in (Ev.ECN, Ev.TRIM):
             if e[1] == GOOD:
                 e[2] = min(e[2] + (4 if event == Ev.TRIM else 1), 15)
         elif event == Ev.LOSS:
-            if e[1] == GOOD and (up >> (slot % self.planes)) & 1:
-                if self.usable(qp, up) - 1 < min_active:
+            if e[1] == GOOD and (up >> p) & 1:
+                if self.fifo[qp][p]:
+                    b = self.fifo[qp][p].pop(0)
+                    r = self.reserve[qp][p][b]
+                    e[:] = [r[0], GOOD, 0]
+                    r[:] = [ev, PROBING]
+                    self.watch.append((qp, self.target(p, b), ev, 1))
+                    self.stats["retired"] += 1
+                    self.stats["replaced"] += 1
+                elif self.usable(qp, up) - 1 < min_active:
                     self.stats["guarded"] += 1
                 else:
                     e[1:] = [BAD, 0]
+                    self.watch.append((qp, slot, ev, 1))
                     self.stats["retired"] += 1
-        elif event == Ev.PROBE_OK:
+        elif event in PROBE_OKS:
             if e[1] == BAD:
-                e[1:] = [GOOD, 0]
+                e[1:] = [GOOD, int(event == Ev.PROBE_OK_SKIP)]
                 self.stats["restored"] += 1
-        elif event == Ev.DENY:
-            e[1:] = [DENIED, 0]
-        elif event == Ev.RESTORE:
-            self.stats["restored"] += e[1] == BAD
-            e[1:] = [GOOD, 0]
+        elif event in (Ev.DENY, Ev.RESTORE):
+            if e[1] == BAD:
+                self.watch.append((qp, slot, ev, 0))
+                self.stats["restored"] += event == Ev.RESTORE
+            e[1:] = [DENIED if event == Ev.DENY else GOOD, 0]
 
 
 # -- testbench helpers ------------------------------------------------------------------------------
@@ -142,8 +191,9 @@ class Reference:
 class Bench:
     """One operation at a time on the DUT's streams, each with random stalls."""
 
-    def __init__(self, ctx, dut, rng, stall=0.3):
+    def __init__(self, ctx, dut, rng, stall=0.3, watch=None):
         self.ctx, self.dut, self.rng, self.stall = ctx, dut, rng, stall
+        self.watch = watch  # the WatchDrain of this run
 
     async def put(self, stream, payload):
         await stream_put(self.ctx, stream, payload, stall=self.stall, rng=self.rng)
@@ -154,8 +204,21 @@ class Bench:
     async def seed(self, qp, seed):
         await self.put(self.dut.seed, {"qp": qp, "seed": seed})
 
+    async def reserve(self, qp, plane, index, ev, valid=1):
+        payload = {"qp": qp, "plane": plane, "index": index, "ev": ev, "valid": valid}
+        await self.put(self.dut.reserve_configure, payload)
+
     async def feedback(self, qp, slot, ev, event):
         await self.put(self.dut.feedback, {"qp": qp, "slot": slot, "ev": ev, "event": event})
+
+    async def evs(self, qp=0, rotations=3):
+        """Slot -> EV of the slots chosen in ``rotations`` * N requests (every usable, ready slot)."""
+        got = {}
+        for _ in range(rotations * self.dut.ev_slots):
+            r = await self.choose(qp)
+            if r.found:
+                assert got.setdefault(r.slot, r.ev) == r.ev
+        return got
 
     async def choose(self, qp=0, avoid=None):
         req = {"qp": qp, "avoid_slot": avoid or 0, "avoid_valid": avoid is not None}
@@ -181,6 +244,14 @@ class Bench:
         await self.ctx.tick().repeat(3)  # let the last update land
         return {name: self.ctx.get(getattr(self.dut, f"stat_{name}")) for name in STATS}
 
+    async def watched(self):
+        """The ``watch`` records since the last call, once every decided record has been taken."""
+        await self.ctx.tick().repeat(3)  # the last update has decided: its record is in the FIFO
+        while self.ctx.get(self.dut.watch.valid):
+            await self.ctx.tick()
+        await self.ctx.tick()  # the drain logs the last transfer at this edge
+        return self.watch.take()
+
     def planes(self, ready=None, up=None, min_active=None):
         for sig, value in (
             (self.dut.plane_ready, ready),
@@ -189,6 +260,25 @@ class Bench:
         ):
             if value is not None:
                 self.ctx.set(sig, value)
+
+
+class WatchDrain:
+    """Takes ``watch`` records with random stalls (``stall`` = 1: hold ready low) into ``records``."""
+
+    def __init__(self, dut, rng, stall=0.3):
+        self.dut, self.rng, self.stall, self.records = dut, rng, stall, []
+
+    async def process(self, ctx):
+        w = self.dut.watch
+        ctx.set(w.ready, self.rng.random() >= self.stall)
+        async for _, _, valid, ready, p in ctx.tick().sample(w.valid, w.ready, w.payload):
+            if valid and ready:
+                self.records.append((p.qp, p.target, p.ev, p.start))
+            ctx.set(w.ready, self.rng.random() >= self.stall)
+
+    def take(self):
+        out, self.records = self.records, []
+        return out
 
 
 def slot_evs(qps, n, planes, rng):
@@ -203,8 +293,10 @@ async def fill(b, evs, seeds):
         await b.seed(q, seeds[q])
 
 
-def simulate(dut, *benches, name):
-    run(dut, *benches, name=f"path_selector_{name}")
+def simulate(dut, *benches, name, watch=None, processes=()):
+    watch = watch or WatchDrain(dut, random.Random(1))  # a watch that is never taken stalls updates
+    processes = [*processes, watch.process]
+    run(dut, *benches, processes=processes, name=f"path_selector_{name}")
 
 
 # -- tests ----------------------------------------------------------------------------------------
@@ -247,22 +339,34 @@ def test_protocol_test_vector(planes):
 
 
 @pytest.mark.parametrize(
-    "n, planes, requests", [(4, 1, 1500), (16, 2, 1500), (16, 4, 1000), (64, 4, 1000), (64, 1, 600)]
+    "n, planes, backups, requests",
+    [
+        (4, 1, 0, 1500),
+        (4, 1, 2, 1200),
+        (16, 2, 2, 1500),
+        (16, 4, 4, 1000),
+        (64, 4, 2, 1000),
+        (64, 1, 3, 1000),
+    ],
 )
-def test_against_reference(n, planes, requests):
-    """Concurrent requests, feedback, reconfiguration and reseeding; a monitor records the order in which
-    the DUT accepted them, which is replayed into the reference afterwards."""
+def test_against_reference(n, planes, backups, requests):
+    """Concurrent requests, feedback (including probe restores of slot and reserve targets, stale or not),
+    reserve and slot reconfiguration and reseeding; a monitor records the order in which the DUT accepted
+    them, which is replayed into the reference afterwards; every response, every ``watch`` record (in
+    order) and every counter is compared."""
     seed = new_seed()
     rng = random.Random(seed)
     qps = 3
-    dut = PathSelector(qps=qps, ev_slots=n, planes=planes)
+    dut = PathSelector(qps=qps, ev_slots=n, planes=planes, backups=backups)
     evs = slot_evs(qps, n, planes, rng)
     all_planes = (1 << planes) - 1
     ops, env, responses, final = [], [], [], {}
-    running = {"requests": True, "helpers": 2}
+    running = {"requests": True, "helpers": 3}
+    drain = WatchDrain(dut, rng, stall=0.4)
 
     streams = [
         ("configure", dut.configure),
+        ("reserve", dut.reserve_configure),
         ("seed", dut.seed),
         ("feedback", dut.feedback),
         ("request", dut.request),
@@ -277,6 +381,9 @@ def test_against_reference(n, planes, requests):
                     ops.append((len(env), kind, v[3 * i + 2]))
             env.append(tuple(v[-3:]))
 
+    def random_backup_ev(p):
+        return make_ev(p, rng.randrange(256), n + rng.randrange(1 << 20))
+
     async def requester(ctx):
         b = Bench(ctx, dut, rng)
         b.planes(all_planes, all_planes, n // 4)
@@ -284,6 +391,9 @@ def test_against_reference(n, planes, requests):
         for q in range(qps):
             for s in range(n):
                 await b.configure(q, s, evs[q][s], rng.choice(states))
+            for p in range(planes):
+                for i in rng.sample(range(backups), backups):  # FIFO order is not index order
+                    await b.reserve(q, p, i, random_backup_ev(p))
             await b.seed(q, rng.randrange(1 << 16))
         last = [None] * qps
         for _ in range(requests):
@@ -298,25 +408,40 @@ def test_against_reference(n, planes, requests):
             r = await b.choose(q, avoid)
             responses.append(r)
             last[q] = r.slot if r.found else None
+            if r.found:
+                evs[q][r.slot] = r.ev  # a backup may have taken the slot: feedback follows the EV in use
         running["requests"] = False
         while running["helpers"]:
             await ctx.tick()
+        await ctx.tick().repeat(10)  # the last watch records leave
         final.update(await b.stats())
 
     async def feeder(ctx):
         b = Bench(ctx, dut, rng, stall=0.6)
-        events = [Ev.ECN, Ev.TRIM, Ev.LOSS, Ev.PROBE_OK, Ev.DENY, Ev.RESTORE]
-        lost = []  # probes go to where losses were reported
+        events = [Ev.ECN, Ev.TRIM, Ev.LOSS, Ev.PROBE_OK, Ev.PROBE_OK_SKIP, Ev.DENY, Ev.RESTORE]
+        seen_watch, probed = 0, []  # (qp, target, ev) of started watch records: where probes go
         while running["requests"]:
             await ctx.tick().repeat(rng.randrange(1, 3 * max(4, 64 // n)))  # per-slot rate alike for all N
-            event = rng.choices(events, [30, 12, 16, 20, 2, 8])[0]
-            if event == Ev.PROBE_OK and lost:
-                q, s = lost.pop(rng.randrange(len(lost)))
+            for q, t, ev, start in drain.records[seen_watch:]:
+                if start:
+                    probed.append((q, t, ev))
+            seen_watch = len(drain.records)
+            losses = 32 if len(responses) > requests // 2 else 16  # second half: more guard cases
+            event = rng.choices(events, [30, 12, losses, 12, 8, 2, 8])[0]
+            in_slots = [i for i, (_, t, _) in enumerate(probed) if t < n]
+            if event in PROBE_OKS and probed and rng.random() < 0.9:
+                q, s, ev = probed.pop(rng.randrange(len(probed)))
+                if rng.random() < 0.1:
+                    ev ^= 1 << rng.randrange(32)  # stale
+                elif s >= n and len(responses) > requests // 2:
+                    continue  # second half: not restored, the backups run out and losses reach the guard
+            elif event in (Ev.DENY, Ev.RESTORE) and in_slots and rng.random() < 0.5:
+                q, s, ev = probed.pop(rng.choice(in_slots))  # the host takes over a probed slot
             else:
                 q, s = rng.randrange(qps), rng.randrange(n)
-            ev = evs[q][s] if rng.random() < 0.9 else rng.randrange(1 << 32)
-            if event == Ev.LOSS:
-                lost.append((q, s))
+                if rng.random() < 0.05:
+                    s = rng.randrange(n, 2 * n)  # a reserve target (or none) with a slot event: stale
+                ev = evs[q][s % n] if rng.random() < 0.9 else rng.randrange(1 << 32)
             await b.feedback(q, s, ev, event)
         running["helpers"] -= 1
 
@@ -336,9 +461,29 @@ def test_against_reference(n, planes, requests):
                 await b.configure(q, s, ev, rng.choice([GOOD] * 6 + [BAD, DENIED]))
         running["helpers"] -= 1
 
-    run(dut, requester, feeder, reconfigurer, processes=[monitor], name=f"path_selector_ref_{n}_{planes}")
+    async def reserver(ctx):
+        b = Bench(ctx, dut, rng)
+        await ctx.tick().repeat(40 * n)
+        while running["requests"]:
+            drain_phase = len(responses) > requests // 2  # second half: the backups run out
+            await ctx.tick().repeat(rng.randrange(5, 50 if drain_phase else 200) * max(1, 16 // n))
+            q, p, i = rng.randrange(qps), rng.randrange(planes), rng.randrange(max(backups, 1))
+            x = rng.random()
+            if x < 0.1:  # another plane's EV, or an entry that does not exist: rejected
+                await b.reserve(q, p, i, make_ev((p + 1) % 8, 0, 0))
+                await b.reserve(
+                    q, rng.randrange(planes), rng.randrange(backups, 2) if backups < 2 else 1, 0, 0
+                )
+            elif x < 0.4 or drain_phase:
+                await b.reserve(q, p, i, 0, valid=0)
+            else:
+                await b.reserve(q, p, i, random_backup_ev(p))
+        running["helpers"] -= 1
 
-    ref = Reference(qps, n, planes)
+    benches = [requester, feeder, reconfigurer, reserver]
+    run(dut, *benches, processes=[monitor, drain.process], name=f"path_selector_ref_{n}_{planes}_{backups}")
+
+    ref = Reference(qps, n, planes, backups)
     k, seen = 0, Counter()
     for cycle, kind, p in ops:
         where = f"(seed {seed}, op {kind} at cycle {cycle}, request {k})"
@@ -355,20 +500,32 @@ def test_against_reference(n, planes, requests):
             seen["found" if c is not None else "not_found"] += 1
         elif kind == "feedback":
             _, up, min_active = env[cycle + 1]  # decided in the cycle after it was accepted
+            before = ref.stats["restored"]
             ref.feedback(p.qp, p.slot, p.ev, Ev(p.event), up, min_active)
             seen[Ev(p.event).name] += 1
+            seen["reserve_restored"] += p.slot >= n and ref.stats["restored"] > before
         elif kind == "configure":
             ref.configure(p.qp, p.slot, p.ev, EvState(p.state))
+        elif kind == "reserve":
+            ref.reserve_configure(p.qp, p.plane, p.index, p.ev, p.valid)
         else:
             ref.seed(p.qp, p.seed)
+        assert drain.records[: len(ref.watch)] == ref.watch, where
     assert k == len(responses) == requests
+    assert drain.records == ref.watch, f"seed {seed}"
     assert final == {name: ref.stats[name] for name in STATS}, f"seed {seed}"
+    seen["watch_stop"] = sum(1 for w in ref.watch if not w[3])
     print(dict(seen), final)
     # The random mix reached every rule.
     assert seen["found"] > requests // 3 and seen["not_found"] > 0 and seen["avoided"] > 0
     assert all(
         final[name] > 0 for name in ("retired", "restored", "guarded", "stale_feedback", "skipped_visits")
     )
+    assert seen["watch_stop"] > 0
+    if backups:
+        assert final["replaced"] > 0 and seen["reserve_restored"] > 0
+    else:
+        assert final["replaced"] == 0
 
 
 @pytest.mark.parametrize("n, planes", [(8, 2), (16, 4), (32, 1)])
@@ -589,40 +746,210 @@ def test_parameters_and_verilog():
         assert port in text
 
 
-def test_reference_model_agrees():
-    """The reference model (``mrcnic.model.ev``) makes the same choices as the DUT on the subset where the
-    two define the same behaviour: all planes up (the model's usable count ignores plane_up), random busy
-    planes, no backups, no retransmissions (the model always passes the avoided EV), PROBE_OK only on
-    ASSUMED_BAD slots."""
+def test_reserve_replacement_and_restore():
+    """§6.4 "Guard and replacement" with 4 planes and B = 2: a LOSS takes the oldest backup of the slot's
+    plane (FIFO order, not index order), the next LOSS the next one, a third is guarded or retires in
+    place; a probe restore of a reserve target puts its EV at the tail of the backups."""
+    rng = random.Random(new_seed())
+    n, planes, nb = 16, 4, 2
+    dut = PathSelector(qps=2, ev_slots=n, planes=planes, backups=nb)
+    evs = slot_evs(2, n, planes, rng)
+    drain = WatchDrain(dut, rng)
+    bk = [make_ev(1, 200 + i, 1000 + i) for i in range(2)]  # plane 1 backups
+
+    def target(p, i):
+        return n + p * nb + i
+
+    async def bench(ctx):
+        b = Bench(ctx, dut, rng, watch=drain)
+        b.planes(min_active=n)  # every loss without a backup is guarded
+        await fill(b, evs, [0xACE1, 0x1234])
+        await b.reserve(0, 1, 1, bk[1])  # index 1 first: the oldest
+        await b.reserve(0, 1, 0, bk[0])
+        await b.reserve(0, 1, 0, make_ev(2, 0, 0))  # plane 2 EV for plane 1: rejected, entry unchanged
+        await b.reserve(0, 3, 1, make_ev(0, 0, 0))  # rejected too
+        await b.reserve(1, 2, 0, make_ev(2, 5, 5))  # QP 1's own reserve
+        assert (await b.stats())["config_rejected"] == 2
+        assert await b.watched() == []
+        # First LOSS on plane 1 (slot 1): the oldest backup (index 1) takes the slot, not guarded.
+        await b.feedback(0, 1, evs[0][1], Ev.LOSS)
+        assert await b.watched() == [(0, target(1, 1), evs[0][1], 1)]
+        # A stale loss about the replaced EV, then the second LOSS (slot 5) takes index 0.
+        await b.feedback(0, 1, evs[0][1], Ev.LOSS)
+        await b.feedback(0, 5, evs[0][5], Ev.LOSS)
+        assert await b.watched() == [(0, target(1, 0), evs[0][5], 1)]
+        got = await b.evs(0)
+        assert (got[1], got[5]) == (bk[1], bk[0]) and len(got) == n
+        assert all(got[s] == evs[0][s] for s in range(n) if s not in (1, 5))
+        stats = await b.stats()
+        assert (stats["retired"], stats["replaced"], stats["guarded"], stats["stale_feedback"]) == (
+            2,
+            2,
+            0,
+            1,
+        )
+        # Third LOSS on plane 1: no backup left, guarded; with a lower floor it retires in place.
+        await b.feedback(0, 9, evs[0][9], Ev.LOSS)
+        assert await b.watched() == []
+        b.planes(min_active=4)
+        await b.feedback(0, 9, evs[0][9], Ev.LOSS)
+        assert await b.watched() == [(0, 9, evs[0][9], 1)]
+        stats = await b.stats()
+        assert (stats["retired"], stats["replaced"], stats["guarded"]) == (3, 2, 1)
+        assert 9 not in await b.evs(0)
+        # Stale restores: a wrong EV, a non-probe event on a reserve target, an EMPTY entry, no entry.
+        await b.feedback(0, target(1, 1), evs[0][5], Ev.PROBE_OK)
+        await b.feedback(0, target(1, 1), evs[0][1], Ev.ECN)
+        await b.feedback(0, target(3, 0), evs[0][1], Ev.PROBE_OK)
+        await b.feedback(0, n + planes * nb, evs[0][1], Ev.PROBE_OK)
+        assert (await b.stats())["stale_feedback"] == 5
+        # Restores: slot 5's old EV (entry 0) first, then slot 1's (entry 1, with skip: no matter here).
+        await b.feedback(0, target(1, 0), evs[0][5], Ev.PROBE_OK)
+        await b.feedback(0, target(1, 1), evs[0][1], Ev.PROBE_OK_SKIP)
+        await b.feedback(0, target(1, 0), evs[0][5], Ev.PROBE_OK)  # again: BACKUP now, stale
+        stats = await b.stats()
+        assert (stats["restored"], stats["stale_feedback"]) == (2, 6)
+        assert await b.watched() == []
+        # The next losses on plane 1 take them in restore order: entry 0 (old EV of 5), then entry 1.
+        await b.feedback(0, 13, evs[0][13], Ev.LOSS)
+        await b.feedback(0, 1, bk[1], Ev.LOSS)
+        assert await b.watched() == [(0, target(1, 0), evs[0][13], 1), (0, target(1, 1), bk[1], 1)]
+        got = await b.evs(0)
+        assert (got[13], got[1]) == (evs[0][5], evs[0][1])
+        # Reconfiguring a PROBING entry stops its probing; a BACKUP or EMPTY one emits nothing.
+        await b.reserve(0, 1, 0, 0, valid=0)
+        await b.reserve(0, 1, 1, bk[1])
+        await b.reserve(0, 1, 1, bk[0])  # BACKUP -> BACKUP with another EV: no record
+        assert await b.watched() == [(0, target(1, 0), evs[0][13], 0), (0, target(1, 1), bk[1], 0)]
+        # The slot restored in place by PROBE_OK_SKIP has skip 1: its next visit passes it.
+        await b.feedback(0, 9, evs[0][9], Ev.PROBE_OK_SKIP)
+        before = (await b.stats())["skipped_visits"]
+        await b.evs(0, rotations=2)
+        stats = await b.stats()
+        assert (stats["restored"], stats["skipped_visits"] - before) == (3, 1)
+        # DENY of an ASSUMED_BAD slot stops its probing; QP 1 was never touched.
+        b.planes(min_active=0)
+        await b.feedback(0, 2, evs[0][2], Ev.LOSS)  # plane 2 of QP 0 has no backup: in place
+        await b.feedback(0, 2, evs[0][2], Ev.DENY)
+        await b.configure(0, 3, evs[0][3])  # GOOD slot overwritten: nothing to stop
+        assert await b.watched() == [(0, 2, evs[0][2], 1), (0, 2, evs[0][2], 0)]
+        await b.feedback(1, 6, evs[1][6], Ev.LOSS)
+        assert await b.watched() == [(1, target(2, 0), evs[1][6], 1)]
+        assert (await b.evs(1))[6] == make_ev(2, 5, 5)
+
+    simulate(dut, bench, name="reserve", watch=drain)
+
+
+def test_watch_backpressure_never_drops_a_record():
+    """With ``watch`` held, at most two records wait in the FIFO; further updates that may emit one wait,
+    while requests, seeds and skip feedback go on; nothing is lost when ``watch`` is released."""
+    rng = random.Random(new_seed())
+    n = 8
+    dut = PathSelector(qps=1, ev_slots=n, planes=1, backups=0)
+    evs = slot_evs(1, n, 1, rng)
+    drain = WatchDrain(dut, rng, stall=1.0)  # held until the bench releases it
+
+    async def bench(ctx):
+        b = Bench(ctx, dut, rng, watch=drain)
+        b.planes(min_active=0)
+        await fill(b, evs, [0xACE1])
+        for s in (0, 1):
+            await b.feedback(0, s, evs[0][s], Ev.LOSS)
+
+        await ctx.tick().repeat(4)
+        ctx.set(dut.feedback.payload, {"qp": 0, "slot": 2, "ev": evs[0][2], "event": Ev.LOSS})
+        ctx.set(dut.feedback.valid, 1)
+        for _ in range(20):
+            assert not ctx.get(dut.feedback.ready)
+            await ctx.tick()
+        ctx.set(dut.feedback.valid, 0)
+        await b.feedback(0, 3, evs[0][3], Ev.ECN)  # cannot emit: taken
+        await b.seed(0, 0x5EED)
+        assert set(await b.found_slots(3 * n)) <= {2, 3, 4, 5, 6, 7}
+        assert (await b.stats())["retired"] == 2
+        drain.stall = 0.3
+        await b.feedback(0, 2, evs[0][2], Ev.LOSS)
+        assert await b.watched() == [(0, 0, evs[0][0], 1), (0, 1, evs[0][1], 1), (0, 2, evs[0][2], 1)]
+
+    simulate(dut, bench, name="backpressure", watch=drain)
+
+
+@pytest.mark.parametrize("backups", [0, 2])
+def test_reference_model_agrees(backups):
+    """The reference model (``mrcnic.model.ev``) makes the same choices and the same EV state changes as
+    the DUT on the subset where the two define the same behaviour: all planes up (the model's usable count
+    ignores plane_up), random busy planes, no retransmissions (the model always passes the avoided EV),
+    restores only of EVs on the model's probe list, without skip. The DUT's reserve holds the model's
+    backups (written in list order); each retirement must emit the ``watch`` record the model implies (in
+    place: the slot; replaced: a reserve entry of the slot's plane), and a restore goes to the target the
+    DUT watched the EV on."""
     from mrcnic.model import ev as model
 
     assert model.EvTable(8, 1, 1, seed=0, backups=0, min_active=0, lfsr_seed=0xACE1).candidates(32) == VECTOR
     rng = random.Random(new_seed())
     n, planes = 16, 4
-    t = model.EvTable(n, planes, 4, seed=rng.randrange(1 << 20), backups=0, min_active=4, lfsr_seed=0xACE1)
-    dut = PathSelector(qps=1, ev_slots=n, planes=planes)
+    t = model.EvTable(
+        n, planes, 4, seed=rng.randrange(1 << 20), backups=backups, min_active=4, lfsr_seed=0xACE1
+    )
+    dut = PathSelector(qps=1, ev_slots=n, planes=planes, backups=backups)
+    drain = WatchDrain(dut, rng)
     evs = [[s.ev for s in t.slots]]
-    actions = {
-        Ev.ECN: lambda ev: t.penalise(ev, 1),
-        Ev.TRIM: lambda ev: t.penalise(ev, 4),
-        Ev.LOSS: t.mark_bad,
-    }
-    actions[Ev.PROBE_OK] = t.restore
+    where = {}  # EV -> probe target the DUT watches it on
+    seen = Counter()
 
     async def bench(ctx):
-        b = Bench(ctx, dut, rng)
+        b = Bench(ctx, dut, rng, watch=drain)
         b.planes(min_active=4)
         await fill(b, evs, [0xACE1])
+        for p in range(planes):
+            for i, ev in enumerate(t.backups[p]):
+                await b.reserve(0, p, i, ev)
         for i in range(600):
-            s, event = rng.randrange(n), rng.choice(list(actions))
-            # PROBE_OK only where the model and the DUT agree it means something: ASSUMED_BAD slots.
-            if rng.random() < 0.3 and (event != Ev.PROBE_OK or t.slots[s].bad):
-                await b.feedback(0, s, evs[0][s], event)
-                actions[event](evs[0][s])
+            s, event = rng.randrange(n), rng.choice([Ev.ECN, Ev.TRIM, Ev.LOSS, Ev.LOSS, Ev.PROBE_OK])
+            if rng.random() < 0.3:
+                ev = t.slots[s].ev
+                if event == Ev.PROBE_OK:
+                    if not t.probe_list:
+                        continue
+                    ev = rng.choice(t.probe_list)
+                    await b.feedback(0, where.pop(ev), ev, event)
+                    t.restore(ev)
+                    seen["restored"] += 1
+                else:
+                    await b.feedback(0, s, ev, event)
+                    if event == Ev.LOSS:
+                        retired = t.mark_bad(ev)
+                        replaced = retired and t.slots[s].ev != ev
+                        expect = [(s, ev, 1)] if retired and not replaced else []
+                        got = await b.watched()
+                        if replaced:
+                            assert len(got) == 1 and got[0][1] >= n, f"request {i}: {got}"
+                            assert (got[0][1] - n) // backups == s % planes
+                            expect = [(got[0][1], ev, 1)]
+                            seen["replaced"] += 1
+                        assert [w[1:] for w in got] == expect, f"request {i}"
+                        assert all(w[0] == 0 for w in got)
+                        if retired:
+                            where[ev] = expect[0][0]
+                        seen["retired"] += retired
+                    else:
+                        t.penalise(ev, 1 if event == Ev.ECN else 4)
             ready = rng.randrange(1 << planes) if rng.random() < 0.3 else (1 << planes) - 1
             b.planes(ready=ready)
             r = await b.choose()
             expect = t.select(ready)
             assert (r.ev if r.found else None) == expect, f"request {i}"
+            if r.found:
+                assert t.slots[r.slot].ev == r.ev, f"request {i}"
+        stats = await b.stats()
+        assert (stats["retired"], stats["restored"]) == (t.retired, t.restored)
+        assert stats["replaced"] == seen["replaced"]
+        assert await b.watched() == []
+        # The EV tables agree slot by slot (enough rotations to drain any skip counter).
+        b.planes(ready=(1 << planes) - 1)
+        assert await b.evs(0, rotations=20) == {i: x.ev for i, x in enumerate(t.slots) if x.usable}
 
-    simulate(dut, bench, name="model")
+    simulate(dut, bench, name="model", watch=drain)
+    print(dict(seen))
+    assert seen["retired"] > 5 and seen["restored"] > 5
+    assert (seen["replaced"] > 0) == (backups > 0)

@@ -1,6 +1,7 @@
 """Path selector on Verilator (cocotb): the generated Verilog against the pure-Python reference of
-``test_path_selector.py``: the §6.2 test vector, a random sequential mix of requests, feedback,
-configuration, reseeds and plane patterns with random stalls, and the table clear after a reset.
+``test_path_selector.py``: the §6.2 test vector, a random sequential mix of requests, feedback (probe
+restores of slot and reserve targets included), slot and reserve configuration, reseeds and plane
+patterns with random stalls, every ``watch`` record compared, and the table clear after a reset.
 """
 
 import random
@@ -11,7 +12,7 @@ from amaranth.hdl import Const
 from amaranth.lib import data
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, RisingEdge
-from test_path_selector import VECTOR, Reference, slot_evs
+from test_path_selector import PROBE_OKS, VECTOR, Reference, slot_evs
 
 from mrcnic.hdl.tx.layouts import FeedbackEvent as Ev
 from mrcnic.hdl.tx.layouts import feedback_layout
@@ -21,8 +22,10 @@ from mrcnic.hdl.tx.path_selector import (
     PathSelector,
     configure_layout,
     request_layout,
+    reserve_configure_layout,
     response_layout,
     seed_layout,
+    watch_layout,
 )
 from mrcnic.wire import make_ev
 
@@ -35,10 +38,13 @@ class Driver:
     """Stream transfers on the Verilog ports. Inputs change just after a rising edge; handshakes are
     sampled at the falling edge, when everything has settled."""
 
-    def __init__(self, dut, qps, n, planes, rng, stall=0.3):
+    def __init__(self, dut, qps, n, planes, backups, rng, stall=0.3):
         self.dut, self.rng, self.stall = dut, rng, stall
+        self.watch_layout = watch_layout(qps, n)
+        self.watched = []
         self.layouts = {
             "configure": configure_layout(qps, n),
+            "reserve_configure": reserve_configure_layout(qps, planes, backups),
             "seed": seed_layout(qps),
             "feedback": feedback_layout(qps, n),
             "request": request_layout(qps, n),
@@ -79,6 +85,16 @@ class Driver:
         self.dut.response__ready.value = 0
         return data.Const(self.response_layout, raw)
 
+    async def drain_watch(self):
+        """Forever: take ``watch`` records (ready low a random 30 % of cycles) into ``watched``."""
+        while True:
+            self.dut.watch__ready.value = int(self.rng.random() >= 0.3)
+            await FallingEdge(self.dut.clk)
+            if int(self.dut.watch__valid.value) and int(self.dut.watch__ready.value):
+                w = data.Const(self.watch_layout, int(self.dut.watch__payload.value))
+                self.watched.append((w.qp, w.target, w.ev, w.start))
+            await RisingEdge(self.dut.clk)
+
     async def choose(self, qp, avoid=None):
         await self.put("request", {"qp": qp, "avoid_slot": avoid or 0, "avoid_valid": avoid is not None})
         return await self.get()
@@ -99,18 +115,20 @@ async def reset(dut):
 async def reference_mix(dut):
     params = dut_params()
     qps, n, planes, ops = params["qps"], params["ev_slots"], params["planes"], params["ops"]
+    nb = params["backups"]
     rng = random.Random(cocotb.RANDOM_SEED)
     cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
     all_planes = (1 << planes) - 1
-    for name in ("configure", "seed", "feedback", "request"):
+    for name in ("configure", "reserve_configure", "seed", "feedback", "request"):
         getattr(dut, f"{name}__valid").value = 0
     dut.response__ready.value = 0
     dut.plane_ready.value = all_planes
     dut.plane_up.value = all_planes
     dut.min_active.value = n // 4
     await reset(dut)
-    d = Driver(dut, qps, n, planes, rng)
-    ref = Reference(qps, n, planes)
+    d = Driver(dut, qps, n, planes, nb, rng)
+    cocotb.start_soon(d.drain_watch())
+    ref = Reference(qps, n, planes, nb)
     evs = slot_evs(qps, n, planes, rng)
 
     # §6.2 test vector on the last QP.
@@ -118,6 +136,11 @@ async def reference_mix(dut):
         for s in range(n):
             await d.put("configure", {"qp": q, "slot": s, "ev": evs[q][s], "state": EvState.GOOD})
             ref.configure(q, s, evs[q][s], EvState.GOOD)
+        for p in range(planes):
+            for idx in range(nb):
+                ev = make_ev(p, rng.randrange(256), n + rng.randrange(1 << 20))
+                await d.put("reserve_configure", {"qp": q, "plane": p, "index": idx, "ev": ev, "valid": 1})
+                ref.reserve_configure(q, p, idx, ev, 1)
         seed = 0xACE1 if q == qps - 1 else rng.randrange(1 << 16)
         await d.put("seed", {"qp": q, "seed": seed})
         ref.seed(q, seed)
@@ -134,7 +157,7 @@ async def reference_mix(dut):
     ready = up = all_planes
     min_active = n // 4
     last = [None] * qps
-    events = [Ev.ECN, Ev.TRIM, Ev.LOSS, Ev.PROBE_OK, Ev.DENY, Ev.RESTORE]
+    events = [Ev.ECN, Ev.TRIM, Ev.LOSS, Ev.PROBE_OK, Ev.PROBE_OK_SKIP, Ev.DENY, Ev.RESTORE]
     for i in range(ops):
         x = rng.random()
         if x < 0.05:
@@ -146,9 +169,13 @@ async def reference_mix(dut):
         elif x < 0.35:
             q, s = rng.randrange(qps), rng.randrange(n)
             ev = evs[q][s] if rng.random() < 0.9 else rng.randrange(1 << 32)
-            event = rng.choices(events, [30, 12, 16, 20, 2, 8])[0]
+            event = rng.choices(events, [30, 12, 16, 12, 8, 2, 8])[0]
+            started = [w[:3] for w in ref.watch if w[3]]
+            if event in PROBE_OKS and started and rng.random() < 0.7:
+                q, s, ev = rng.choice(started[-8:])  # a probed EV (maybe already back: stale)
             await d.put("feedback", {"qp": q, "slot": s, "ev": ev, "event": event})
             ref.feedback(q, s, ev, event, up, min_active)
+            evs[q][s % n] = ref.table[q][s % n][0]  # a backup may have taken the slot
         elif x < 0.38:
             q, s = rng.randrange(qps), rng.randrange(n)
             ev = make_ev((s + rng.randrange(2)) % planes, rng.randrange(256), rng.randrange(1 << 21))
@@ -157,7 +184,13 @@ async def reference_mix(dut):
                 evs[q][s] = ev
             await d.put("configure", {"qp": q, "slot": s, "ev": ev, "state": state})
             ref.configure(q, s, ev, state)
-        elif x < 0.39:
+        elif x < 0.40:
+            q, p, idx, valid = rng.randrange(qps), rng.randrange(planes), rng.randrange(max(nb, 1)), 1
+            ev = make_ev(p if rng.random() < 0.9 else (p + 1) % 8, rng.randrange(256), rng.randrange(1 << 21))
+            valid = int(rng.random() < 0.8)
+            await d.put("reserve_configure", {"qp": q, "plane": p, "index": idx, "ev": ev, "valid": valid})
+            ref.reserve_configure(q, p, idx, ev, valid)
+        elif x < 0.41:
             q, seed = rng.randrange(qps), rng.randrange(1 << 16)
             await d.put("seed", {"qp": q, "seed": seed})
             ref.seed(q, seed)
@@ -171,13 +204,16 @@ async def reference_mix(dut):
                 assert (r.slot, r.ev, r.plane) == (c, ref.table[q][c][0], c % planes), f"op {i}"
             last[q] = c
     stats = await d.stats()
+    await d.idle(20)  # the last watch records leave
     assert stats == {name: ref.stats[name] for name in STATS}
-    dut._log.info("stats %s", stats)
+    assert d.watched == ref.watch
+    dut._log.info("stats %s, %d watch records", stats, len(d.watched))
+    assert stats["replaced"] > 0 and stats["restored"] > 0 and any(not w[3] for w in d.watched)
 
     # A reset clears the table (every slot DENIED) and puts every rotation back to seed 1.
     await reset(dut)
     dut.plane_ready.value = dut.plane_up.value = all_planes
-    ref = Reference(qps, n, planes)
+    ref = Reference(qps, n, planes, nb)
     r = await d.choose(0)
     assert not r.found and ref.request(0, None, all_planes, all_planes) is None
     for s in range(n):
@@ -187,11 +223,11 @@ async def reference_mix(dut):
         assert (await d.choose(0)).slot == ref.request(0, None, all_planes, all_planes)
 
 
-@pytest.mark.parametrize("qps, ev_slots, planes", [(3, 8, 2), (2, 64, 4)])
-def test_path_selector_cocotb(qps, ev_slots, planes):
+@pytest.mark.parametrize("qps, ev_slots, planes, backups", [(3, 8, 2, 2), (2, 64, 4, 3)])
+def test_path_selector_cocotb(qps, ev_slots, planes, backups):
     run_cocotb(
-        lambda: PathSelector(qps=qps, ev_slots=ev_slots, planes=planes),
+        lambda: PathSelector(qps=qps, ev_slots=ev_slots, planes=planes, backups=backups),
         name="path_selector",
         module=__name__,
-        params={"qps": qps, "ev_slots": ev_slots, "planes": planes, "ops": 3000},
+        params={"qps": qps, "ev_slots": ev_slots, "planes": planes, "backups": backups, "ops": 3000},
     )

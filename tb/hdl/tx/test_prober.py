@@ -1,5 +1,9 @@
 """Reliability prober (hdl/tx/prober.py) in the Amaranth simulator: directed cases and a Python reference.
 
+Probe targets: slots (below ``ev_slots``) and reserve entries (``ev_slots`` .. ``targets`` - 1) are
+handled alike; the restore record names the target and says PROBE_OK_SKIP when the last answer had M =
+SKIP_ONCE.
+
 ``now`` and ``plane_up`` change only between commands; after each change the bench waits until the
 block has scanned a whole pass with no output pending. At a fixed ``now`` every entry acts at most once
 (a timeout or an answer moves ``due`` into the future), and commands never make anything due, so the
@@ -112,17 +116,13 @@ class Bench:
                 ctx.set(self.dut.probe.ready, take)
                 ctx.set(self.dut.restore.ready, take)
                 pv, p = ctx.get(self.dut.probe.valid), ctx.get(self.dut.probe.payload)
-                rv, r, skip = (
-                    ctx.get(self.dut.restore.valid),
-                    ctx.get(self.dut.restore.payload),
-                    ctx.get(self.dut.restore_skip),
-                )
+                rv, r = ctx.get(self.dut.restore.valid), ctx.get(self.dut.restore.payload)
                 await ctx.tick()
                 if take and pv:
-                    self.probes.append((p.qp, p.slot, p.ev, p.probe_id))
+                    self.probes.append((p.qp, p.target, p.ev, p.probe_id))
                 if take and rv:
-                    assert r.event == Ev.PROBE_OK
-                    self.restores.append((r.qp, r.slot, r.ev, skip))
+                    assert r.event in (Ev.PROBE_OK, Ev.PROBE_OK_SKIP)
+                    self.restores.append((r.qp, r.slot, r.ev, int(r.event == Ev.PROBE_OK_SKIP)))
 
         async def main(ctx):
             self.ctx = ctx
@@ -135,7 +135,7 @@ class Bench:
     async def settle(self):
         """Wait until a whole scan pass ran with no output pending."""
         ctx, dut, quiet = self.ctx, self.dut, 0
-        while quiet < dut.qps * dut.ev_slots + 2:
+        while quiet < dut.qps * dut.targets + 2:
             busy = ctx.get(dut.probe.valid) or ctx.get(dut.restore.valid)
             quiet = 0 if busy else quiet + 1
             await ctx.tick()
@@ -149,11 +149,11 @@ class Bench:
         await self.settle()
         return sp
 
-    async def watch(self, q, s, ev):
-        await stream_put(self.ctx, self.dut.watch, {"qp": q, "slot": s, "ev": ev}, stall=0.3, rng=self.rng)
+    async def watch(self, q, t, ev):
+        await stream_put(self.ctx, self.dut.watch, {"qp": q, "target": t, "ev": ev}, stall=0.3, rng=self.rng)
 
-    async def unwatch(self, q, s):
-        await stream_put(self.ctx, self.dut.unwatch, {"qp": q, "slot": s}, stall=0.3, rng=self.rng)
+    async def unwatch(self, q, t):
+        await stream_put(self.ctx, self.dut.unwatch, {"qp": q, "target": t}, stall=0.3, rng=self.rng)
 
     async def answer(self, q, pid, m="none", kind=FeedbackKind.SACK, pr=1):
         f = {"qp": q, "kind": kind, "probe_answer": pr, "probe_id": pid, "ev": self.rng.randrange(1 << 32)}
@@ -168,9 +168,8 @@ class Bench:
         return {k: self.ctx.get(getattr(self.dut, f"stat_{k}")) for k in STATS}
 
 
-def _dut(qps=2, n=3):
-    dut = Prober(qps=qps, ev_slots=n)
-    return dut
+def _dut(qps=2, n=3, targets=None):
+    return Prober(qps=qps, ev_slots=n, targets=targets)
 
 
 def _run(dut, rng, body, name):
@@ -188,23 +187,26 @@ def _run(dut, rng, body, name):
     return b
 
 
+@pytest.mark.parametrize("targets, target", [(None, 2), (6, 5)], ids=["slot", "reserve"])
 @pytest.mark.parametrize("last, skip", [("none", 0), ("once", 1)])
-def test_k_answers_restore_with_skip(last, skip):
+def test_k_answers_restore_with_skip(last, skip, targets, target):
+    """A restore names the target (a slot, or a reserve entry >= ev_slots); PROBE_OK_SKIP after M =
+    SKIP_ONCE in the last answer."""
     rng = random.Random(_seed())
-    dut = _dut()
+    dut = _dut(targets=targets)
     ev = make_ev(1, 0x1234)
     seen = {}
 
     async def body(b):
         await b.set_time(1000)
-        await b.watch(1, 2, ev)
+        await b.watch(1, target, ev)
         await b.set_time(1000 + PI - 1)
         assert b.probes == []
         ms = ["once", "none", last]  # an early SKIP_ONCE does not matter, only the last answer
         for i, m in enumerate(ms):
             t = 1000 + PI * (i + 1)
             await b.set_time(t)
-            assert b.probes[-1] == (1, 2, ev, i), b.probes
+            assert b.probes[-1] == (1, target, ev, i), b.probes
             await b.answer(1, i, m)
             if i < K - 1:
                 assert b.restores == []
@@ -212,7 +214,7 @@ def test_k_answers_restore_with_skip(last, skip):
         seen.update(b.stats())
 
     b = _run(dut, rng, body, "prober_restore")
-    assert b.restores == [(1, 2, ev, skip)]
+    assert b.restores == [(1, target, ev, skip)]
     assert seen == dict(probes=3, answers=3, unanswered=0, restores=1, stale_answers=0)
 
 
@@ -315,18 +317,23 @@ def test_down_plane_is_not_probed_and_unwatch_stops():
     _run(dut, rng, body, "prober_planes")
 
 
-@pytest.mark.parametrize("qps, n", [(2, 3), (3, 4)])
-def test_against_reference(qps, n):
+@pytest.mark.parametrize(
+    "qps, ev_slots, n, steps", [(2, 3, 3, 1400), (3, 4, 4, 700), (2, 4, 7, 700), (1, 1, 1, 4000)]
+)
+def test_against_reference(qps, ev_slots, n, steps):
+    """``n`` probe targets per QP (the third case: 4 slots and 3 reserve entries; the last: a single
+    entry, so the scan writes and reads the same memory row in every cycle, and more steps so that k
+    answers in a row, a restore, happen too; the first case also runs longer for that reason)."""
     seed = _seed()
     rng = random.Random(seed)
-    dut = _dut(qps, n)
+    dut = _dut(qps, ev_slots, n)
     ref = Reference(qps, n)
     final = {}
 
     async def body(b):
         now, planes = 0, 0xFF
         await b.set_time(now, planes)
-        for _ in range(700):
+        for _ in range(steps):
             op = rng.choices(["time", "watch", "unwatch", "answer"], [30, 8, 2, 30])[0]
             if op == "time":
                 step = rng.choices(
@@ -362,7 +369,7 @@ def test_against_reference(qps, n):
         await b.settle()
         final.update(b.stats())
 
-    b = _run(dut, rng, body, f"prober_ref_{qps}_{n}")
+    b = _run(dut, rng, body, f"prober_ref_{qps}_{ev_slots}_{n}")
     assert b.probes == ref.probes and b.restores == ref.restores
     assert final == ref.stats
     print(final)
@@ -370,11 +377,101 @@ def test_against_reference(qps, n):
     assert all(final[k] > 0 for k in STATS), final
 
 
+async def _offer(ctx, stream, payload):
+    """Offer ``payload`` from this cycle on; returns the cycles until it is taken (1: taken at once)."""
+    ctx.set(stream.payload, payload)
+    ctx.set(stream.valid, 1)
+    n = 1
+    while not ctx.get(stream.ready):
+        await ctx.tick()
+        n += 1
+    await ctx.tick()
+    ctx.set(stream.valid, 0)
+    return n
+
+
+@pytest.mark.parametrize("target", [0, 2, 4, None], ids=["t0", "t2", "t4", "stale"])
+def test_timing(target):
+    """The documented costs: watch / unwatch 1 cycle, an answer (the walk over the QP's entries)
+    target + 2 cycles when it matches, T + 1 when it does not, 1 when it is not a probe answer; the scan
+    steps one entry per cycle and goes on in the cycle after a walk; no input is taken during a walk."""
+    rng = random.Random(_seed())
+    Q, T = 2, 5
+    dut = _dut(Q, 3, T)
+    ev = make_ev(2, 5)
+    costs = {}
+
+    async def body(b):
+        ctx = b.ctx
+        b.stall = 0.0  # the consumer is always ready: a probe holds the block for its one cycle
+        for q, t in [(1, 0), (1, 2), (1, 4), (0, 1)]:
+            costs.setdefault("watch", set()).add(
+                await _offer(ctx, dut.watch, {"qp": q, "target": t, "ev": ev})
+            )
+        await b.set_time(PI)
+        assert len(b.probes) == 4  # probe ids: 0, 1, 2 for QP 1 (targets 0, 2, 4), 0 for QP 0
+        ids = {t: pid for q, t, _, pid in b.probes if q == 1}
+        # the scan: one entry per cycle, in order
+        sp = ctx.get(dut.scan_ptr)
+        for _ in range(2 * Q * T):
+            await ctx.tick()
+            sp = (sp + 1) % (Q * T)
+            assert ctx.get(dut.scan_ptr) == sp
+        # an answer walks the QP's entries; a watch offered meanwhile waits for the decision
+        pid = ids[target] if target is not None else 7
+        sp = ctx.get(dut.scan_ptr)
+        f = {"qp": 1, "kind": FeedbackKind.SACK, "probe_answer": 1, "probe_id": pid}
+        f.update(has_path_event=1, path_event=Ev.LOSS)  # backs off: no restore record
+        ctx.set(dut.answer.payload, f)
+        ctx.set(dut.answer.valid, 1)
+        n = 1
+        while not ctx.get(dut.answer.ready):
+            assert ctx.get(dut.scan_ptr) == sp  # no scan step during the walk
+            await ctx.tick()
+            n += 1
+            ctx.set(dut.watch.payload, {"qp": 0, "target": 3, "ev": ev})
+            ctx.set(dut.watch.valid, 1)
+            assert not ctx.get(dut.watch.ready) or ctx.get(dut.answer.ready)
+        assert not ctx.get(dut.watch.ready)
+        costs["answer"] = n
+        await ctx.tick()
+        ctx.set(dut.answer.valid, 0)
+        assert ctx.get(dut.watch.ready)  # taken in the cycle after the decision
+        await ctx.tick()
+        ctx.set(dut.watch.valid, 0)
+        assert ctx.get(dut.scan_ptr) == sp
+        await ctx.tick()  # the scan goes on at once: the decision cycle read its row
+        assert ctx.get(dut.scan_ptr) == (sp + 1) % (Q * T)
+        costs["unwatch"] = await _offer(ctx, dut.unwatch, {"qp": 0, "target": 3})
+        f = {"qp": 1, "kind": FeedbackKind.NACK, "probe_answer": 1, "probe_id": pid}
+        costs["other"] = await _offer(ctx, dut.answer, f)
+        await b.settle()
+        costs["stats"] = b.stats()
+
+    _run(dut, rng, body, "prober_timing")
+    walk = T + 1 if target is None else target + 2
+    assert {k: costs[k] for k in ("watch", "unwatch", "answer", "other")} == dict(
+        watch={1}, unwatch=1, answer=walk, other=1
+    )
+    hit = int(target is not None)
+    assert costs["stats"] == dict(probes=4, answers=hit, unanswered=0, restores=0, stale_answers=1 - hit)
+
+
 def test_verilog_and_defaults():
     from amaranth.back import verilog
 
     dut = Prober(qps=4, ev_slots=8)
+    assert dut.targets == 8
     text = verilog.convert(dut, name="prober")
     assert "module prober" in text
+    assert "restore_skip" not in text
+    text = verilog.convert(Prober(qps=2, ev_slots=8, targets=16), name="prober")
+    assert "probe__payload" in text
+    # the entries are in a memory, not in registers: the Verilog stays small (2.1 MB with registers)
+    text = verilog.convert(Prober(qps=4, ev_slots=16, targets=24), name="prober", emit_src=False)
+    assert len(text) < 150_000, len(text)
+    for bad in (0, 17):
+        with pytest.raises(ValueError):
+            Prober(qps=2, ev_slots=8, targets=bad)
     assert dut.probe_interval.init == 5000 and dut.probe_interval_max.init == 250000
     assert dut.probe_k.init == 3 and dut.plane_up.init == 0xFF

@@ -29,13 +29,14 @@ from mrcnic.hdl.tx.layouts import (
     work_request_layout,
 )
 from mrcnic.hdl.tx.path_selector import EvState, configure_layout, seed_layout
-from mrcnic.hdl.tx.pipeline import TxPipeline, qp_context_layout
+from mrcnic.hdl.tx.pipeline import TxPipeline, probe_request_layout, qp_context_layout
 from mrcnic.hdl.tx.source_router import RouteTemplateLayout
+from mrcnic.hdl.tx.tracker import retransmit_layout, sent_layout
 from mrcnic.model.ev import EvTable
 
 from support.cocotb_runner import dut_params, run_cocotb
 from support.cocotb_streams import StreamDriver, stream_put
-from support.layouts import pack
+from support.layouts import pack, unpack
 
 QPS, EV_SLOTS, DESTS = 4, 16, 4
 LOCATOR = 0xFCBBBB00
@@ -79,6 +80,9 @@ class Tx:
         self.peer_gid = {q: wire.ip6(f"fd00::{q + 10:x}") for q in range(QPS)}
         self.own_gid = wire.ip6("fd00::1")
 
+    def own_qpn(self, q):
+        return 0x200 + q
+
     def port_mac(self, plane):
         return 0x020000000100 + plane
 
@@ -93,6 +97,8 @@ class Tx:
         for name in (
             "work_request",
             "retransmit",
+            "probe",
+            "reserve_configure",
             "feedback",
             "sequence_configure",
             "ev_configure",
@@ -116,6 +122,9 @@ class Tx:
                 "port_address": [self.port_address(p) for p in range(self.planes)],
             },
         )
+        dut.sent__ready.value = 1
+        dut.watch__ready.value = 1
+        dut.plane_queue_beats.value = (1 << len(dut.plane_queue_beats)) - 1  # no limit beyond FIFO room
         dut.pmtu_log2.value = self.pmtu_log2
         dut.min_active.value = 2
         dut.cwnd_open.value = (1 << QPS) - 1
@@ -140,6 +149,7 @@ class Tx:
                     {
                         "qp": q,
                         "context": {
+                            "qpn": self.own_qpn(q),
                             "peer_qpn": self.peer_qpn[q],
                             "peer_gid": self.peer_gid[q],
                             "dest": q % DESTS,
@@ -370,6 +380,107 @@ async def ev_choices_equal_the_reference_model(dut):
     assert retired in evs  # 2N choices always span one whole rotation
 
 
+class SentMonitor:
+    """The ``sent`` records (the TX tracker's input), taken every cycle."""
+
+    def __init__(self, dut):
+        self.dut, self.records = dut, []
+        cocotb.start_soon(self._run())
+
+    async def _run(self):
+        layout = sent_layout(QPS, EV_SLOTS)
+        while True:
+            await RisingEdge(self.dut.clk)
+            if self.dut.sent__valid.value:
+                self.records.append(unpack(layout, int(self.dut.sent__payload.value)))
+
+
+@cocotb.test()
+async def retransmissions_by_psn_and_probes(dut):
+    """Every data packet is reported on ``sent``; a retransmit request names only a PSN and the slot to
+    avoid, and the pipeline rebuilds that packet (same payload, RETH, sequence numbers) with BTH.RTX, DSCP
+    TRIMMABLE_RETX and another EV; a request for a PSN it never sent is dropped and counted; a probe
+    request becomes the codec's PROBE frame, byte for byte, on the probed EV's plane."""
+    tx = Tx(dut, pmtu_log2=8, seed=random.randrange(1 << 30))
+    await tx.start()
+    sent = SentMonitor(dut)
+    q, packets = 2, 8
+    wr = tx.post(q, packets * tx.pmtu)
+    frames = await tx.collect(packets)
+    originals = {}
+    for plane, raw in frames:
+        _, frame = tx.check_frame(plane, raw)
+        originals[frame.bth.psn] = frame
+    await ClockCycles(dut.clk, 8)
+    assert [int(r.psn) for r in sent.records] == [(tx.start_psn[q] + k) & 0xFFFFFF for k in range(packets)]
+    for r in sent.records:
+        frame = originals[int(r.psn)]
+        assert int(r.qp) == q and int(r.ev) == frame.ev and not int(r.rtx)
+        assert int(r.length) == len(frame.payload)
+        assert tx.tables[q].slots[int(r.slot)].ev == frame.ev
+    # Two retransmissions, and one request for a PSN that was never sent.
+    retransmit = StreamDriver(dut, "retransmit")
+    chosen = [sent.records[1], sent.records[5]]
+    for r in chosen:
+        retransmit.put(
+            pack(retransmit_layout(QPS, EV_SLOTS), {"qp": q, "psn": int(r.psn), "avoid_slot": int(r.slot)})
+        )
+    never = (tx.start_psn[q] + 100) & 0xFFFFFF
+    retransmit.put(pack(retransmit_layout(QPS, EV_SLOTS), {"qp": q, "psn": never, "avoid_slot": 0}))
+    again = await tx.collect(2)
+    await ClockCycles(dut.clk, 200)
+    assert sum(sink.count() for sink in tx.sinks) == 0, "nothing for the PSN never sent"
+    assert int(dut.stat_stale_retransmits.value) == 1
+    for plane, raw in again:
+        _, frame = tx.check_frame(plane, raw)
+        first = originals[frame.bth.psn]
+        assert frame.bth.rtx == 1 and frame.network.dscp == wire.Dscp.TRIMMABLE_RETX
+        assert frame.payload == first.payload and frame.bth.opcode == first.bth.opcode
+        assert frame[wire.Reth].va == first[wire.Reth].va and frame[wire.Meth].msn == first[wire.Meth].msn
+        assert frame.ev != first.ev, "a retransmission avoids the slot of its previous attempt"
+        assert frame.payload == tx.ram.read(
+            wr["local_addr"] + frame[wire.Reth].va - wr["remote_va"], len(frame.payload)
+        )
+    assert [int(r.rtx) for r in sent.records[packets:]] == [1, 1]
+    assert sorted(int(r.psn) for r in sent.records[packets:]) == sorted(int(r.psn) for r in chosen)
+    # A probe on one EV of each plane.
+    probes = StreamDriver(dut, "probe")
+    for plane in range(tx.planes):
+        ev = tx.tables[q].slots[plane].ev
+        probes.put(pack(probe_request_layout(QPS), {"qp": q, "ev": ev, "probe_id": 0x4000 + plane}))
+    got = await tx.collect(tx.planes)
+    assert int(dut.stat_probes.value) == tx.planes
+    assert len(sent.records) == packets + 2, "probes are not data packets: no sent record"
+    for plane, raw in got:
+        ev = tx.tables[q].slots[plane].ev
+        addressing = wire.Addressing(
+            src_mac=tx.port_mac(plane),
+            dst_mac=tx.next_hop_mac(plane),
+            src_gid=tx.own_gid,
+            dst_gid=tx.peer_gid[q],
+            outer_src=tx.port_address(plane),
+            outer_dst=tx.routes[q % DESTS].destination(ev),
+            hop_limit=64,
+        )
+        peth = wire.Peth(
+            probe_id=0x4000 + plane,
+            spdcid=tx.own_qpn(q) & 0xFFFF,
+            dpdcid=tx.peer_qpn[q] & 0xFFFF,
+            tx_timestamp=NOW_TS,
+        )
+        want = wire.control_frame(
+            addressing,
+            ev=ev,
+            opcode=wire.Opcode.PROBE,
+            dest_qp=tx.peer_qpn[q],
+            dscp=wire.Dscp.TRIMMABLE,
+            ecn=wire.Ecn.ECT0,
+            headers=[peth],
+        )
+        assert raw == want.encode(), f"probe on plane {plane}"
+        assert Ether(raw)[sl.MRC_PETH].probe_id == 0x4000 + plane
+
+
 @cocotb.test()
 async def blocked_plane_gets_nothing_while_others_flow(dut):
     tx = Tx(dut, pmtu_log2=8, seed=random.randrange(1 << 30))
@@ -481,6 +592,7 @@ TESTS = [
     "random_writes_srv6",
     "random_writes_single_ipv6",
     "ev_choices_equal_the_reference_model",
+    "retransmissions_by_psn_and_probes",
     "blocked_plane_gets_nothing_while_others_flow",
 ]
 
