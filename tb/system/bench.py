@@ -143,6 +143,9 @@ class FrameIn:
         self.queue: deque[bytes] = deque()
         self.wake = Event()
         self.frames = 0
+
+    def start(self) -> None:
+        """Begin moving data (after reset: a frame half-sent before reset must not be picked up)."""
         cocotb.start_soon(self._run())
 
     def send(self, raw: bytes) -> None:
@@ -186,6 +189,9 @@ class FrameOut:
         self.tready.value = 0
         self.may_take, self.deliver = may_take, deliver
         self.wake = Event()
+
+    def start(self) -> None:
+        """Begin moving data (after reset: a frame half-sent before reset must not be picked up)."""
         cocotb.start_soon(self._run())
 
     def resume(self) -> None:
@@ -225,6 +231,9 @@ class RecordMonitor:
         getattr(dut, f"{name}__ready").value = 1
         self.layout, self.on_record = layout, on_record
         self.records = []
+
+    def start(self) -> None:
+        """Begin moving data (after reset: a frame half-sent before reset must not be picked up)."""
         cocotb.start_soon(self._run())
 
     async def _run(self):
@@ -251,6 +260,9 @@ class StreamWriter:
         self.queue: deque[int] = deque()
         self.wake = Event()
         self.done = Event()
+
+    def start(self) -> None:
+        """Begin moving data (after reset: a frame half-sent before reset must not be picked up)."""
         cocotb.start_soon(self._run())
 
     def put(self, value: int) -> None:
@@ -334,8 +346,17 @@ class RtlNic:
         self.rx_frames = [0] * self.planes
         self.on_transmit = None  # callback(nic, plane, frame, now_ps): a frame leaves the NIC
         self.on_receive = None  # callback(nic, plane, frame, now_ps): the fabric delivers a frame
+        # fault(nic, plane, frame, raw) -> [(raw, intact)]: what reaches the NIC instead of the frame
+        # (nothing: dropped before the NIC, e.g. by the MAC on a bad FCS; two copies; corrupted bytes)
+        self.fault = None
         self.acked_msn: dict[int, int] = {}
         self.ack_waiters: list = []
+
+    def start(self) -> None:
+        movers = [*self.inputs, *self.outputs, *self.writers.values()]
+        movers += [self.acks, self.send_errors, self.receive_completions]
+        for mover in movers:
+            mover.start()
 
     # -- helpers ---------------------------------------------------------------------------------
     def layout(self, name):
@@ -369,9 +390,13 @@ class RtlNic:
     # -- fabric endpoint -------------------------------------------------------------------------
     def on_frame(self, frame, plane: int, now: int) -> None:
         self.rx_frames[plane] += 1
-        if self.on_receive is not None:
+        copies = [(frame.encode(), True)]
+        if self.fault is not None:
+            copies = self.fault(self, plane, frame, copies[0][0])
+        if self.on_receive is not None and any(intact for _, intact in copies):
             self.on_receive(self, plane, frame, now)
-        self.inputs[plane].send(frame.encode())
+        for raw, _ in copies:
+            self.inputs[plane].send(raw)
 
     def next_data(self, now: int, plane_ok: int):
         for p in range(self.planes):
@@ -412,9 +437,12 @@ class NicBench:
         self.fabric = Fabric(cfg.fabric_config())
         self.rng = random.Random(cfg.seed)
         cocotb.start_soon(Clock(dut.clk, CLOCK_PS, unit="ps").start())
-        self.nics = [RtlNic(self, i, 2 * i if cfg.nics <= 2 else i) for i in range(cfg.nics)]
+        # NIC 0 and NIC 1 on different T0s (every path between them crosses a T1), more NICs after them.
+        hosts = [0, cfg.radix // 2] + [h for h in range(cfg.hosts) if h not in (0, cfg.radix // 2)]
+        self.nics = [RtlNic(self, i, hosts[i]) for i in range(cfg.nics)]
         fc = self.fabric.cfg
         self.base_rtt_ps = fc.base_rtt_ps()
+        self.reorder_slack_ps = 2_000_000  # the time rule's slack beyond target_qdelay (§7.7)
         self.wall_start = None
         self.cycles_start = 0
 
@@ -451,7 +479,7 @@ class NicBench:
             "plane_queue_beats": -(-(138 + cfg.pmtu + 4) // cfg.data_width),
             "min_active": max(1, cfg.ev_slots // 4),
             "rto_cycles": round(4 * rtt / cycle_ps),
-            "reorder_cycles": round((target + 2_000_000) / cycle_ps),
+            "reorder_cycles": round((target + self.reorder_slack_ps) / cycle_ps),
             "probe_interval": round(20_000_000 / cycle_ps),
             "probe_interval_max": round(1_000_000_000 / cycle_ps),
             "probe_rto": round(4 * rtt / cycle_ps),
@@ -473,6 +501,8 @@ class NicBench:
             nic.set_registers(regs)
         await ClockCycles(dut.clk, 4)
         dut.rst.value = 0
+        for nic in self.nics:
+            nic.start()
         # The path selector clears its EV table for Q x N cycles after reset.
         await ClockCycles(dut.clk, self.cfg.qps * self.cfg.ev_slots + 8)
         cocotb.start_soon(self._fabric_clock())

@@ -74,7 +74,7 @@ class Transfer:
         self.b.on_receive = self._on_receive
 
     def _on_receive(self, nic, plane, frame, now):
-        if frame.opcode.is_write:
+        if frame.opcode.is_write and frame.bth.dest_qp == self.bench.qpn(self.qp):
             self.result.arrivals.append((now, plane, frame.bth.psn, len(frame.payload), int(frame.trimmed)))
 
     def _on_transmit(self, nic, plane, frame, now):
