@@ -59,8 +59,8 @@ class SystemConfig:
     window: int = 256
     pmtu: int = 1024
     memory: int = 1 << 21
-    # fabric: radix 4 gives 2 hosts per T0 and 2 T1s per plane; NIC i sits on host 2*i (one per T0 for
-    # the first two), so every path crosses a T1: 2 uplinks x planes paths per pair.
+    # fabric: radix 4 gives 2 hosts per T0 and 2 T1s per plane; NIC 0 and NIC 1 sit on different T0s, so
+    # every path between them crosses a T1: 2 uplinks x planes paths.
     hosts: int = 4
     radix: int = 4
     link_rate_bps: int = 3_000_000_000
@@ -129,16 +129,18 @@ def now_ps() -> int:
     return int(get_sim_time("ps"))
 
 
+def _bind_axis(mover, dut, prefix: str) -> None:
+    """The five AXI-stream handles of port ``prefix`` as attributes of ``mover``."""
+    for name in ("tdata", "tkeep", "tlast", "tvalid", "tready"):
+        setattr(mover, name, getattr(dut, f"{prefix}__{name}"))
+
+
 class FrameIn:
     """Frames into one ``s_axis`` port, a beat per cycle, sleeping while there are none."""
 
     def __init__(self, dut, prefix: str, width: int):
         self.clk, self.w = dut.clk, width
-        self.tdata = getattr(dut, f"{prefix}__tdata")
-        self.tkeep = getattr(dut, f"{prefix}__tkeep")
-        self.tlast = getattr(dut, f"{prefix}__tlast")
-        self.tvalid = getattr(dut, f"{prefix}__tvalid")
-        self.tready = getattr(dut, f"{prefix}__tready")
+        _bind_axis(self, dut, prefix)
         self.tvalid.value = 0
         self.queue: deque[bytes] = deque()
         self.wake = Event()
@@ -181,11 +183,7 @@ class FrameOut:
 
     def __init__(self, dut, prefix: str, width: int, may_take, deliver):
         self.clk, self.w = dut.clk, width
-        self.tdata = getattr(dut, f"{prefix}__tdata")
-        self.tkeep = getattr(dut, f"{prefix}__tkeep")
-        self.tlast = getattr(dut, f"{prefix}__tlast")
-        self.tvalid = getattr(dut, f"{prefix}__tvalid")
-        self.tready = getattr(dut, f"{prefix}__tready")
+        _bind_axis(self, dut, prefix)
         self.tready.value = 0
         self.may_take, self.deliver = may_take, deliver
         self.wake = Event()

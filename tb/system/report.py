@@ -51,7 +51,7 @@ def summarise(timeline: dict) -> dict:
     planes = timeline["config"]["planes"]
     sent = timeline["sent"]
     share = [0] * planes
-    for _t, plane, _n, _rtx in sent:
+    for _t, plane, *_ in sent:
         share[plane] += 1
     elapsed = max(1, end - start)
     goodput = timeline["size"] * 8e12 / elapsed
@@ -93,7 +93,7 @@ def plot(timeline: dict, path: Path) -> Path:
     planes = timeline["config"]["planes"]
     nbins = (end - start) // BIN_PS + 1
     per_plane = [[0.0] * nbins for _ in range(planes)]
-    for t, plane, n, _rtx in timeline["sent"]:
+    for t, plane, n, *_ in timeline["sent"]:
         b = (t - start) // BIN_PS
         if 0 <= b < nbins:
             per_plane[plane][b] += n

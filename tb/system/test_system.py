@@ -12,6 +12,8 @@ import cocotb
 import pytest
 from cocotb.triggers import ClockCycles
 
+from mrcnic import wire
+
 from support.cocotb_runner import dut_params, run_cocotb
 from system.bench import CLOCK_PS, NicBench, SystemConfig, now_ps
 from system.cluster import NicCluster
@@ -291,12 +293,27 @@ async def _fail_and_restore(bench, transfer, key, down_at=0.3, up_at=0.6):
 async def link_fails_and_comes_back(dut):
     """A T0-T1 link of plane 1 fails mid-transfer and comes back: its EVs are retired (replaced from the
     backups), probed, and restored after the link returns."""
-    cfg = _config()
+    cfg = _config(memory=4 << 20)
+    size = 1 << 20
     _, r = await _transfer(
-        dut, cfg, size=512 * 1024, during=lambda b, t: _fail_and_restore(b, t, ("t0t1", 1, 0, 0), 0.2, 0.5)
+        dut, cfg, size=size, during=lambda b, t: _fail_and_restore(b, t, ("t0t1", 1, 0, 0), 0.15, 0.6)
     )
     assert r.data_verified and r.lost_frames > 0
     assert r.counters["path_retired"] >= 1 and r.counters["path_restored"] >= 1
+    # The EVs whose path crosses the failed link (plane 1, uplink = T1 0) carry data before the failure,
+    # none once the losses have been seen (from 100 us after it until the link returns), and again after
+    # the probes restored them (the reference model's rule, §6.4 / §7.8).
+    ideal = size * 8e12 / theoretical_goodput_bps(cfg)
+    down, up = r.start_ps + int(0.15 * ideal), r.start_ps + int(0.6 * ideal)
+
+    def on_failed_path(ev):
+        plane, uplink, _ = wire.ev_fields(ev)
+        return plane == 1 and uplink == 0
+
+    failed = [t for t, _p, _n, _rtx, ev in r.timeline if on_failed_path(ev)]
+    assert any(t < down for t in failed)
+    assert not any(down + 100_000_000 <= t < up for t in failed), "a retired EV carried data"
+    assert any(t >= up for t in failed), "the restored EVs carry data again"
     _selective(r, "link_fails_and_comes_back")
 
 

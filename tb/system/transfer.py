@@ -46,7 +46,7 @@ class TransferResult:
     counters: dict = field(default_factory=dict)
     peer_counters: dict = field(default_factory=dict)
     sim_cycles_per_s: float = 0.0
-    timeline: list = field(default_factory=list)  # (time_ps, plane, payload bytes, rtx) of every data frame
+    timeline: list = field(default_factory=list)  # (time_ps, plane, payload, rtx, ev) of every data frame
     arrivals: list = field(default_factory=list)  # (time_ps, plane, psn, payload bytes, trimmed) at the peer
     lost_frames: int = 0  # data frames sent that did not reach the peer whole (dropped or trimmed)
 
@@ -85,7 +85,7 @@ class Transfer:
             r.data_frames += 1
             r.retx_frames += frame.bth.rtx
             r.plane_frames[plane] += 1
-            r.timeline.append((now, plane, len(frame.payload), frame.bth.rtx))
+            r.timeline.append((now, plane, len(frame.payload), frame.bth.rtx, frame.ev))
 
     async def run(self, timeout_cycles: int, during=None) -> TransferResult:
         """Set up, post every message, wait for the last ACK (``during``: a coroutine run meanwhile)."""
