@@ -28,7 +28,7 @@ import cocotb
 from amaranth.hdl import Const
 from amaranth.lib import data
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, Event, RisingEdge, Timer
+from cocotb.triggers import ClockCycles, Event, RisingEdge
 from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiBus, AxiRam
 
@@ -39,6 +39,8 @@ from mrcnic.hdl.tx.layouts import WriteKind
 from mrcnic.hdl.tx.path_selector import EvState
 from mrcnic.model.endpoint import gid, host_mac
 from mrcnic.model.ev import EvTable
+
+from support.layouts import pack, unpack
 
 __all__ = ["CLOCK_PS", "NicBench", "RtlNic", "SystemConfig"]
 
@@ -107,14 +109,6 @@ def _port_value(member) -> int:
     if isinstance(member.shape, data.Layout):
         return Const.cast(data.Layout.cast(member.shape).const(init)).value
     return int(Const.cast(init).value) if not isinstance(init, int) else init
-
-
-def _pack(layout, fields) -> int:
-    return Const.cast(data.Layout.cast(layout).const(fields)).value
-
-
-def _unpack(layout, value: int):
-    return data.Const(data.Layout.cast(layout), int(value))
 
 
 def _layout_only(nic: MrcNic) -> MrcNic:
@@ -240,7 +234,7 @@ class RecordMonitor:
                 await RisingEdge(self.valid)
             await RisingEdge(self.clk)
             if self.valid.value:
-                record = _unpack(self.layout, int(self.payload.value))
+                record = unpack(self.layout, int(self.payload.value))
                 self.records.append(record)
                 if self.on_record is not None:
                     self.on_record(record)
@@ -300,8 +294,7 @@ class RtlNic:
         cfg = bench.cfg
         dut = bench.dut
         self.dut, self.prefix = dut, f"nic{index}"
-        self.model = bench.nic_model
-        self.members = self.model.signature.members
+        self.members = bench.nic_model.signature.members
         self.planes, self.w = cfg.planes, cfg.data_width
         self.ram = AxiRam(
             AxiBus.from_prefix(dut, f"{self.prefix}__m_axi", bus_separator="__"),
@@ -339,9 +332,6 @@ class RtlNic:
             dut, f"{self.prefix}__receive_completion", self.layout("receive_completion")
         )
         self.port_up = (1 << self.planes) - 1
-        self.tx_frames = [0] * self.planes
-        self.tx_bytes = [0] * self.planes
-        self.rx_frames = [0] * self.planes
         self.on_transmit = None  # callback(nic, plane, frame, now_ps): a frame leaves the NIC
         self.on_receive = None  # callback(nic, plane, frame, now_ps): the fabric delivers a frame
         # fault(nic, plane, frame, raw) -> [(raw, intact)]: what reaches the NIC instead of the frame
@@ -364,7 +354,7 @@ class RtlNic:
         return getattr(self.dut, f"{self.prefix}__{name}")
 
     def put(self, name: str, fields: dict) -> None:
-        self.writers[name].put(_pack(self.layout(name), fields))
+        self.writers[name].put(pack(self.layout(name), fields))
 
     async def drain(self) -> None:
         for writer in self.writers.values():
@@ -375,7 +365,7 @@ class RtlNic:
             if member.is_port and member.flow.name == "In":
                 value = overrides[name] if name in overrides else _port_value(member)
                 if isinstance(value, dict):
-                    value = _pack(member.shape, value)
+                    value = pack(member.shape, value)
                 self.signal(name).value = value
 
     def counters(self) -> dict[str, int]:
@@ -387,7 +377,6 @@ class RtlNic:
 
     # -- fabric endpoint -------------------------------------------------------------------------
     def on_frame(self, frame, plane: int, now: int) -> None:
-        self.rx_frames[plane] += 1
         copies = [(frame.encode(), True)]
         if self.fault is not None:
             copies = self.fault(self, plane, frame, copies[0][0])
@@ -416,8 +405,6 @@ class RtlNic:
         frame = wire.decode(raw, check_icrc=True)
         now = now_ps()
         self.bench.advance(now)
-        self.tx_frames[plane] += 1
-        self.tx_bytes[plane] += len(raw)
         if self.on_transmit is not None:
             self.on_transmit(self, plane, frame, now)
         self.ports[plane].enqueue(frame, now)
@@ -631,6 +618,3 @@ class NicBench:
                 return True
             await ClockCycles(self.dut.clk, 256)
         return False
-
-    async def idle_time(self, cycles: int) -> None:
-        await Timer(cycles * CLOCK_PS, unit="ps")

@@ -11,13 +11,21 @@ BIN_PS = 10_000_000  # 10 us bins for the plot and the recovery measure
 RECOVERY_WINDOW_PS = 10_000_000
 
 
-def _goodput_bins(arrivals, start: int, end: int) -> dict[int, int]:
-    """New payload bytes (first arrival of each PSN, not trimmed) per bin."""
-    seen, bins = set(), {}
-    for t, _plane, psn, length, trimmed in arrivals:
-        if trimmed or psn in seen:
-            continue
-        seen.add(psn)
+def _first_arrivals(arrivals) -> list[tuple[int, int]]:
+    """(time, payload bytes) of the first whole arrival of each PSN: trimmed and duplicate arrivals are not
+    goodput."""
+    seen, out = set(), []
+    for t, _plane, psn, length, trimmed in sorted(arrivals):
+        if not trimmed and psn not in seen:
+            seen.add(psn)
+            out.append((t, length))
+    return out
+
+
+def _goodput_bins(arrivals, start: int) -> dict[int, int]:
+    """New payload bytes per :data:`BIN_PS` bin."""
+    bins = {}
+    for t, length in _first_arrivals(arrivals):
         b = (t - start) // BIN_PS
         bins[b] = bins.get(b, 0) + length
     return bins
@@ -28,11 +36,7 @@ def recovery_us(arrivals, start: int, end: int, fail: int | None) -> float | Non
     the half of the pre-failure time just before the failure (the method of ``mrcnic sim``)."""
     if fail is None:
         return None
-    firsts, seen = [], set()
-    for t, _plane, psn, length, trimmed in sorted(arrivals):
-        if not trimmed and psn not in seen:
-            seen.add(psn)
-            firsts.append((t, length))
+    firsts = _first_arrivals(arrivals)
     pre_start = start + (fail - start) // 2
     pre = sum(n for t, n in firsts if pre_start <= t < fail)
     rate = pre / max(1, fail - pre_start)
@@ -97,7 +101,7 @@ def plot(timeline: dict, path: Path) -> Path:
         b = (t - start) // BIN_PS
         if 0 <= b < nbins:
             per_plane[plane][b] += n
-    good = _goodput_bins(timeline["arrivals"], start, end)
+    good = _goodput_bins(timeline["arrivals"], start)
     xs = [(b * BIN_PS) / 1e6 for b in range(nbins)]
     to_gbps = 8e12 / BIN_PS / 1e9
     fig, ax = plt.subplots(figsize=(10, 5))

@@ -13,6 +13,8 @@ import pytest
 from cocotb.triggers import ClockCycles
 
 from mrcnic import wire
+from mrcnic.fabric.topology import LOCATOR
+from mrcnic.model.endpoint import gid, host_mac
 
 from support.cocotb_runner import dut_params, run_cocotb
 from system.bench import CLOCK_PS, NicBench, SystemConfig, now_ps
@@ -205,13 +207,10 @@ class CrossTraffic:
     the RTL sender it makes an incast on the receiver's last hop of that plane."""
 
     def __init__(self, bench, host, target, plane, start, stop, pmtu):
-        from mrcnic import wire
-        from mrcnic.model.endpoint import gid, host_mac
-
         self.bench, self.plane, self.start, self.stop = bench, plane, start, stop
         info = bench.fabric.cfg
         template = wire.RouteTemplate.for_clos(
-            0xFC000000, host // info.half, target.host // info.half, target.host
+            LOCATOR, host // info.half, target.host // info.half, target.host
         )
         ev = wire.make_ev(plane, 1, 7)
         self.addressing = wire.Addressing(
@@ -219,7 +218,7 @@ class CrossTraffic:
             dst_mac=0x02FF00000000 | plane,
             src_gid=gid(host),
             dst_gid=gid(target.host),
-            outer_src=wire.port_address(0xFC000000, plane, host),
+            outer_src=wire.port_address(LOCATOR, plane, host),
             outer_dst=template.destination(ev),
             hop_limit=8,
         )
@@ -229,8 +228,6 @@ class CrossTraffic:
         bench.fabric.loop.at(start, lambda now: fabric_host.wake())
 
     def next_data(self, now, plane_ok):
-        from mrcnic import wire
-
         if not (self.start <= now < self.stop and (plane_ok >> self.plane) & 1):
             return None
         self.sent += 1
@@ -326,7 +323,8 @@ async def whole_plane_fails(dut):
     """Every switch of plane 2 dies mid-transfer (the NICs' links stay up: only losses tell): the sender
     retires that plane's EVs and carries on over the other three; after the plane returns, probes
     restore them."""
-    cfg = _config()
+    cfg = _config(memory=4 << 20)
+    size, down_at, up_at = 1 << 20, 0.15, 0.6
 
     async def during(bench, transfer):
         while not transfer.result.start_ps:
@@ -334,7 +332,7 @@ async def whole_plane_fails(dut):
         fabric = bench.fabric
         start = transfer.result.start_ps
         ideal = transfer.size * 8e12 / theoretical_goodput_bps(bench.cfg)
-        for fraction, up in ((0.2, False), (0.6, True)):
+        for fraction, up in ((down_at, False), (up_at, True)):
             for tier, switches in ((0, fabric.t0[2]), (1, fabric.t1[2])):
                 for index in range(len(switches)):
                     fabric.loop.at(
@@ -342,12 +340,21 @@ async def whole_plane_fails(dut):
                         lambda now, tier=tier, index=index, up=up: fabric.set_switch(2, tier, index, up),
                     )
 
-    _, r = await _transfer(dut, cfg, size=512 * 1024, during=during)
+    _, r = await _transfer(dut, cfg, size=size, during=during)
     assert r.data_verified
-    plane2 = [t for t in r.timeline if t[1] == 2]
-    assert r.counters["path_retired"] >= 2
+    ideal = size * 8e12 / theoretical_goodput_bps(cfg)
+    down, up = r.start_ps + int(down_at * ideal), r.start_ps + int(up_at * ideal)
+    plane2 = [(t, ev) for t, plane, _n, _rtx, ev in r.timeline if plane == 2]
+    late = {ev for t, ev in plane2 if down + 100_000_000 <= t < up}
+    print(f"plane 2: {len(plane2)} data frames, during the failure on {len(late)} backup EVs")
+    assert any(t < down for t, _ in plane2)
+    # Once the losses are seen, plane 2 carries data only on a backup EV that replaced a retired slot EV,
+    # until that backup's own first loss; after the plane returns the probes restore its EVs.
+    assert all(wire.ev_fields(ev)[2] >= cfg.ev_slots for ev in late) and len(late) <= cfg.backups
+    assert any(t >= up for t, _ in plane2), "plane 2 carries data again"
+    assert r.counters["path_retired"] >= cfg.ev_slots // cfg.planes
+    assert r.counters["path_restored"] >= 1 and r.counters["prober_restores"] >= 1
     _selective(r, "whole_plane_fails")
-    print(f"plane 2 frames: {len(plane2)}, restored {r.counters['path_restored']}")
 
 
 @cocotb.test()
