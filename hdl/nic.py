@@ -151,6 +151,9 @@ class MrcNic(wiring.Component):
             "send_error": Out(tracker_ports["error"].signature),
             "receive_completion": Out(rx_ports["receive_completion"].signature),
             "qp_error": Out(qps),
+            # every EV state-machine decision (the path selector's ``trace``): event log and scoreboard
+            "path_trace": Out(tx_ports["path_trace"].shape),
+            "path_trace_valid": Out(1),
             "cwnd": Out(data.ArrayLayout(32, qps)),
             "inflight": Out(data.ArrayLayout(32, qps)),
             # -- registers
@@ -303,6 +306,7 @@ class MrcNic(wiring.Component):
 
         # -- the closed loop
         wiring.connect(m, tx.sent, tracker.sent)
+        m.d.comb += [self.path_trace.eq(tx.path_trace), self.path_trace_valid.eq(tx.path_trace_valid)]
         m.d.comb += [
             watchdog.sent.valid.eq(tx.sent.valid & tx.sent.ready),
             watchdog.sent.payload.eq(tx.sent.payload),

@@ -30,6 +30,12 @@ Members (Q = ``qps``, N = ``ev_slots``, P = ``planes``, B = ``backups``):
 * ``watch``: Out, :func:`watch_layout` ``{qp, target, ev, start}``, to the prober: ``start`` = 1: probe
   ``target`` for ``ev`` from now on (the prober's ``watch``); ``start`` = 0: stop probing ``target``
   (the prober's ``unwatch``; ``ev`` is the EV that was probed there). Records leave in decision order.
+* ``trace`` / ``trace_valid``: Out, :func:`trace_layout` ``{qp, target, ev, event, outcome, new_ev,
+  plane_up}``, valid for the one cycle in which a feedback event is decided (a strobe: nothing waits for
+  it, at most one record per cycle): what the EV state machine did
+  with it (:class:`TraceOutcome`; ``new_ev`` = the backup EV that took the slot on ``REPLACED``;
+  ``plane_up`` as read for the decision). The observation port for the host's event log and for the
+  system scoreboard, which replays the same events through the reference model.
 * ``plane_ready``: In(P), bit p: the port of plane p can take a packet now (§6.3 step 4).
 * ``plane_up``: In(P), bit p: plane p is up, locally and as reported by the peer (§6.3 step 2).
 * ``min_active``: In, register ``ev_min_active`` (default N/4).
@@ -118,6 +124,7 @@ __all__ = [
     "EvState",
     "PathSelector",
     "ReserveState",
+    "TraceOutcome",
     "configure_layout",
     "entry_layout",
     "lfsr_wrap_matrix",
@@ -126,6 +133,7 @@ __all__ = [
     "reserve_entry_layout",
     "response_layout",
     "seed_layout",
+    "trace_layout",
     "watch_layout",
 ]
 
@@ -162,6 +170,19 @@ class ReserveState(enum.Enum, shape=2):
     PROBING = 2
 
 
+class TraceOutcome(enum.Enum, shape=3):
+    """What the EV state machine did with one feedback event (``trace``)."""
+
+    UNCHANGED = 0  # the target holds the EV but the event does not apply in its state (§6.4, §6.5)
+    SKIP = 1  # ECN / TRIM on a GOOD slot: skip counter raised (saturating)
+    RETIRED = 2  # LOSS: ASSUMED_BAD in place, probed there
+    REPLACED = 3  # LOSS: the plane's oldest backup took the slot; the bad EV is probed in the reserve
+    GUARDED = 4  # LOSS refused by the ev_min_active floor guard
+    RESTORED = 5  # PROBE_OK(_SKIP): slot ASSUMED_BAD -> GOOD, or probed reserve entry -> BACKUP
+    STALE = 6  # the target no longer holds the EV (or a non-restore event on a reserve target)
+    HOST = 7  # DENY / RESTORE applied
+
+
 def entry_layout() -> data.StructLayout:
     return data.StructLayout({"ev": 32, "state": EvState, "skip": 4})
 
@@ -183,6 +204,20 @@ def reserve_configure_layout(qps: int, planes: int, backups: int) -> data.Struct
             "index": bits_for(max(backups, 1)),
             "ev": 32,
             "valid": 1,  # 1: BACKUP with ev; 0: EMPTY
+        }
+    )
+
+
+def trace_layout(qps: int, ev_slots: int, planes: int) -> data.StructLayout:
+    return data.StructLayout(
+        {
+            "qp": bits_for(qps),
+            "target": target_bits(ev_slots),
+            "ev": 32,
+            "event": FeedbackEvent,
+            "outcome": TraceOutcome,
+            "new_ev": 32,
+            "plane_up": planes,
         }
     )
 
@@ -243,6 +278,8 @@ class PathSelector(wiring.Component):
             "response": Out(stream.Signature(response_layout(qps, ev_slots, planes))),
             "feedback": In(stream.Signature(feedback_layout(qps, ev_slots))),
             "watch": Out(stream.Signature(watch_layout(qps, ev_slots))),
+            "trace": Out(trace_layout(qps, ev_slots, planes)),
+            "trace_valid": Out(1),
             "plane_ready": In(planes, init=(1 << planes) - 1),
             "plane_up": In(planes, init=(1 << planes) - 1),
             "min_active": In(range(ev_slots + 1), init=ev_slots // 4),
@@ -539,6 +576,19 @@ class PathSelector(wiring.Component):
                 inc, dec = Signal(), Signal()  # GOOD count of (op_qp, plane) +1 / -1
                 m.d.comb += wr.addr.eq(Cat(u_slot[:slot_bits], op_qp))
                 m.d.comb += g_plane.eq(plane)
+                trace = self.trace
+                m.d.comb += [
+                    self.trace_valid.eq(~u_config),
+                    trace.qp.eq(op_qp),
+                    trace.target.eq(u_slot),
+                    trace.ev.eq(u_ev),
+                    trace.event.eq(u_event),
+                    trace.plane_up.eq(self.plane_up),
+                ]
+
+                def outcome(value):
+                    m.d.comb += trace.outcome.eq(value)
+
                 with m.If(u_config):
                     with m.If(u_ev[29:32] == plane):
                         m.d.comb += [
@@ -569,10 +619,13 @@ class PathSelector(wiring.Component):
                     with m.If(restore):
                         reserve_set(r_index, ReserveState.BACKUP, u_ev)
                         m.d.comb += bump["restored"].eq(1)
+                        outcome(TraceOutcome.RESTORED)
                     with m.Else():
                         m.d.comb += bump["stale_feedback"].eq(1)
+                        outcome(TraceOutcome.STALE)
                 with m.Elif(entry.ev != u_ev):
                     m.d.comb += bump["stale_feedback"].eq(1)
+                    outcome(TraceOutcome.STALE)
                 with m.Else():
                     with m.Switch(u_event):
                         with m.Case(FeedbackEvent.ECN, FeedbackEvent.TRIM):
@@ -583,6 +636,7 @@ class PathSelector(wiring.Component):
                                     wr.data.skip.eq(Mux(total > SKIP_MAX, SKIP_MAX, total)),
                                     wr.en.eq(1),
                                 ]
+                                outcome(TraceOutcome.SKIP)
                         with m.Case(FeedbackEvent.LOSS):
                             with m.If(is_good & self.plane_up.bit_select(plane, 1)):
                                 # §6.4 guard and replacement: the oldest backup first (no guard: the
@@ -598,9 +652,12 @@ class PathSelector(wiring.Component):
                                     ]
                                     reserve_set(oldest, ReserveState.PROBING, u_ev)
                                     emit(reserve_target(plane, oldest), u_ev, 1)
+                                    outcome(TraceOutcome.REPLACED)
+                                    m.d.comb += trace.new_ev.eq(Array(grp)[oldest].ev if nb else 0)
                                 with m.Elif(usable <= self.min_active):
                                     # The slot is usable, so it would leave usable - 1.
                                     m.d.comb += bump["guarded"].eq(1)
+                                    outcome(TraceOutcome.GUARDED)
                                 with m.Else():
                                     m.d.comb += [
                                         wr.data.state.eq(EvState.ASSUMED_BAD),
@@ -610,6 +667,7 @@ class PathSelector(wiring.Component):
                                         bump["retired"].eq(1),
                                     ]
                                     emit(u_slot, u_ev, 1)
+                                    outcome(TraceOutcome.RETIRED)
                         with m.Case(FeedbackEvent.PROBE_OK, FeedbackEvent.PROBE_OK_SKIP):
                             with m.If(is_bad):
                                 m.d.comb += [
@@ -619,7 +677,9 @@ class PathSelector(wiring.Component):
                                     inc.eq(1),
                                     bump["restored"].eq(1),
                                 ]
+                                outcome(TraceOutcome.RESTORED)
                         with m.Case(FeedbackEvent.DENY):
+                            outcome(TraceOutcome.HOST)
                             m.d.comb += [
                                 wr.data.state.eq(EvState.DENIED),
                                 wr.data.skip.eq(0),
@@ -629,6 +689,7 @@ class PathSelector(wiring.Component):
                             with m.If(is_bad):
                                 emit(u_slot, u_ev, 0)
                         with m.Case(FeedbackEvent.RESTORE):
+                            outcome(TraceOutcome.HOST)
                             m.d.comb += [
                                 wr.data.state.eq(EvState.GOOD),
                                 wr.data.skip.eq(0),

@@ -171,8 +171,9 @@ class EvTable:
         i = self.by_ev.get(ev)
         return None if i is None else self.slots[i]
 
-    def usable_count(self) -> int:
-        return sum(1 for s in self.slots if s.usable)
+    def usable_count(self, plane_up: int = -1) -> int:
+        """Usable slots on up planes (the floor guard's count, §6.4)."""
+        return sum(1 for s in self.slots if s.usable and (plane_up >> s.plane) & 1)
 
     def penalise(self, ev: int, amount: int) -> None:
         """Skip-counter penalty (ECN echo +1, trim NACK +4), saturating."""
@@ -182,11 +183,13 @@ class EvTable:
                 self.skip_events += 1
             slot.skip = min(slot.skip + amount, self.skip_max)
 
-    def mark_bad(self, ev: int) -> bool:
+    def mark_bad(self, ev: int, plane_up: int = -1) -> bool:
         """Loss on ``ev`` (or SACK ALWAYS_SKIP): ASSUMED_BAD unless that breaks the floor.
 
         Returns True when the EV was retired. A GOOD backup of the same plane takes the slot if one exists
         (the bad EV then goes to the probe list); otherwise the slot stays, ASSUMED_BAD, and is probed.
+        ``plane_up``: bit p set = plane p is up; a loss on a down plane changes nothing (§6.5), and the
+        floor counts the usable slots of up planes (§6.4).
         """
         i = self.by_ev.get(ev)
         if i is None:
@@ -195,13 +198,15 @@ class EvTable:
         if not slot.usable:
             return False
         plane = slot.plane
+        if not (plane_up >> plane) & 1:
+            return False
         if self.backups[plane]:
             new = self.backups[plane].pop(0)
             del self.by_ev[ev]
             self.slots[i] = EvSlot(new)
             self.by_ev[new] = i
         else:
-            if self.usable_count() - 1 < self.min_active:
+            if self.usable_count(plane_up) - 1 < self.min_active:
                 return False
             slot.bad = True
             slot.skip = 0

@@ -403,7 +403,7 @@ class Sender:
         self.retx.append(e.psn)
 
     def _retire(self, ev: int, now: int) -> None:
-        if self.evs.mark_bad(ev):
+        if self.evs.mark_bad(ev, plane_up=self.qp.endpoint.port_up):
             self.retire_log.append((now, ev))
             self.probes[ev] = [self.p.probe_first_ps, 0, None, 0]
             self.qp.schedule(now + self.p.probe_first_ps, self._probe_send, ev, 0)

@@ -121,6 +121,20 @@ def test_mark_bad_backup_floor_and_restore():
     assert t.slots[0].state == EvState.DENIED
 
 
+def test_mark_bad_on_down_planes():
+    """§6.5: a loss on a down plane changes nothing; §6.4: the floor counts usable slots on up planes."""
+    t = table(n=8, planes=2, backups=1, min_active=3)
+    ev0 = t.slots[0].ev
+    assert not t.mark_bad(ev0, plane_up=0b10)  # plane 0 down: not even the backup is taken
+    assert t.slots[0].ev == ev0 and t.backups[0] and t.retired == 0
+    t.backups[1].clear()
+    assert t.usable_count(plane_up=0b10) == 4
+    assert t.mark_bad(t.slots[1].ev, plane_up=0b10)  # 4 -> 3 usable on the up plane
+    assert not t.mark_bad(t.slots[3].ev, plane_up=0b10)  # would leave 2 < 3
+    assert t.mark_bad(t.slots[3].ev)  # all planes up: 7 usable, so it may go
+    assert t.usable_count() == 6 and t.usable_count(plane_up=0b10) == 2
+
+
 def test_rotation_matches_the_protocol_test_vector():
     # docs/protocol.md §6.2: N = 8, seed 0xACE1, LFSR advanced 16 steps per redraw (and at init).
     table = EvTable(8, 1, 8, seed=1, lfsr_seed=0xACE1)

@@ -39,7 +39,9 @@ from mrcnic.hdl.tx.layouts import WriteKind
 from mrcnic.hdl.tx.path_selector import EvState
 from mrcnic.model.endpoint import gid, host_mac
 from mrcnic.model.ev import EvTable
+from mrcnic.model.params import wire_bytes
 
+from .scoreboard import PathScoreboard, SackScoreboard
 from support.layouts import pack, unpack
 
 __all__ = ["CLOCK_PS", "NicBench", "RtlNic", "SystemConfig"]
@@ -214,13 +216,19 @@ class FrameOut:
 
 
 class RecordMonitor:
-    """Collects the records of an output stream (always ready), waking only when ``valid`` rises."""
+    """Collects the records of an output stream (always ready), waking only when ``valid`` rises.
 
-    def __init__(self, dut, name: str, layout, on_record=None):
+    ``strobe``: the output is a record signal ``name`` with a one-cycle ``name_valid`` (no ready)."""
+
+    def __init__(self, dut, name: str, layout, on_record=None, *, strobe: bool = False):
         self.clk = dut.clk
-        self.valid = getattr(dut, f"{name}__valid")
-        self.payload = getattr(dut, f"{name}__payload")
-        getattr(dut, f"{name}__ready").value = 1
+        if strobe:
+            self.valid = getattr(dut, f"{name}_valid")
+            self.payload = getattr(dut, name)
+        else:
+            self.valid = getattr(dut, f"{name}__valid")
+            self.payload = getattr(dut, f"{name}__payload")
+            getattr(dut, f"{name}__ready").value = 1
         self.layout, self.on_record = layout, on_record
         self.records = []
 
@@ -331,6 +339,17 @@ class RtlNic:
         self.receive_completions = RecordMonitor(
             dut, f"{self.prefix}__receive_completion", self.layout("receive_completion")
         )
+        # Reference-model scoreboards (tb/system/scoreboard.py); NicBench.connect attaches the QPs.
+        self.paths = PathScoreboard(self.prefix, cfg.ev_slots, bench.stale_ev_grace_ps)
+        self.sacks = SackScoreboard(self.prefix)
+        self.path_trace = RecordMonitor(
+            dut,
+            f"{self.prefix}__path_trace",
+            self.members["path_trace"].shape,
+            lambda record: self.paths.on_trace(record, now_ps()),
+            strobe=True,
+        )
+        self.peer_qp: dict[int, int] = {}  # peer QPN -> our QP index
         self.port_up = (1 << self.planes) - 1
         self.on_transmit = None  # callback(nic, plane, frame, now_ps): a frame leaves the NIC
         self.on_receive = None  # callback(nic, plane, frame, now_ps): the fabric delivers a frame
@@ -342,7 +361,7 @@ class RtlNic:
 
     def start(self) -> None:
         movers = [*self.inputs, *self.outputs, *self.writers.values()]
-        movers += [self.acks, self.send_errors, self.receive_completions]
+        movers += [self.acks, self.send_errors, self.receive_completions, self.path_trace]
         for mover in movers:
             mover.start()
 
@@ -382,6 +401,9 @@ class RtlNic:
             copies = self.fault(self, plane, frame, copies[0][0])
         if self.on_receive is not None and any(intact for _, intact in copies):
             self.on_receive(self, plane, frame, now)
+        qp = self.bench.qp_index(frame.bth.dest_qp)
+        for _, intact in copies:
+            self.sacks.on_arrival(qp, plane, frame, intact)
         for raw, _ in copies:
             self.inputs[plane].send(raw)
 
@@ -407,6 +429,12 @@ class RtlNic:
         self.bench.advance(now)
         if self.on_transmit is not None:
             self.on_transmit(self, plane, frame, now)
+        qp = self.peer_qp.get(frame.bth.dest_qp)
+        if qp is not None:
+            if frame.opcode.is_write:
+                self.paths.on_data_frame(qp, frame.ev, now)
+            else:
+                self.sacks.on_control(qp, frame, now)
         self.ports[plane].enqueue(frame, now)
 
     def _on_ack(self, record) -> None:
@@ -424,10 +452,14 @@ class NicBench:
         cocotb.start_soon(Clock(dut.clk, CLOCK_PS, unit="ps").start())
         # NIC 0 and NIC 1 on different T0s (every path between them crosses a T1), more NICs after them.
         hosts = [0, cfg.radix // 2] + [h for h in range(cfg.hosts) if h not in (0, cfg.radix // 2)]
-        self.nics = [RtlNic(self, i, hosts[i]) for i in range(cfg.nics)]
         fc = self.fabric.cfg
         self.base_rtt_ps = fc.base_rtt_ps()
         self.reorder_slack_ps = 2_000_000  # the time rule's slack beyond target_qdelay (§7.7)
+        # A packet whose EV was chosen just before a retirement may still leave after it: from the header
+        # builder, the plane queue and the MAC's buffer (a few PMTU frames at link rate).
+        frame_ps = round(wire_bytes(cfg.pmtu, srv6=True) * 8e12 / cfg.link_rate_bps)
+        self.stale_ev_grace_ps = 6 * frame_ps + 4_000_000
+        self.nics = [RtlNic(self, i, hosts[i]) for i in range(cfg.nics)]
         self.wall_start = None
         self.cycles_start = 0
 
@@ -502,6 +534,11 @@ class NicBench:
     def qpn(self, qp: int) -> int:
         return 0x100 | qp  # the low bits index the QP tables
 
+    def qp_index(self, qpn: int) -> int | None:
+        """Our QP index of QPN ``qpn`` (None: not one of ours)."""
+        qp = qpn - 0x100
+        return qp if 0 <= qp < self.cfg.qps else None
+
     def connect(self, a: RtlNic, qa: int, b: RtlNic, qb: int, *, psn_a=None, psn_b=None, seed=0):
         """Connect QP ``qa`` of NIC ``a`` with QP ``qb`` of NIC ``b`` (both directions). Returns the EV
         tables (the reference model's, also used as the configuration) of a and b."""
@@ -549,6 +586,9 @@ class NicBench:
                 min_active=max(1, cfg.ev_slots // 4),
             )
             tables.append(table)
+            me.paths.attach(q, table)
+            me.sacks.attach(q, psn[peer])
+            me.peer_qp[self.qpn(pq)] = q
             me.put("ev_seed", {"qp": q, "seed": table.lfsr_seed})
             for slot, entry in enumerate(table.slots):
                 me.put("ev_configure", {"qp": q, "slot": slot, "ev": entry.ev, "state": EvState.GOOD})

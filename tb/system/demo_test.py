@@ -100,7 +100,10 @@ async def demo(dut):
                 "peer_counters": result.peer_counters,
                 "fabric": bench.fabric.switch_counters(),
                 "sim_cycles_per_s": result.sim_cycles_per_s,
+                "model_checks": result.model_checks,
+                "model_mismatches": result.model_mismatches,
             }
         )
     )
     assert result.data_verified, "the written data does not match the source"
+    assert not result.model_mismatches, result.model_mismatches[:10]

@@ -83,6 +83,9 @@ def summarise(timeline: dict) -> dict:
         else round((timeline["restore_ps"] - start) / 1e6, 1),
         "simulated_us": round(elapsed / 1e6, 1),
         "sim_cycles_per_s": round(timeline["sim_cycles_per_s"]),
+        # the reference-model scoreboards (tb/system/scoreboard.py) over the same run
+        "model_agrees": not timeline.get("model_mismatches", []),
+        "model_checks": timeline.get("model_checks", {}),
         "counters": c,
     }
 
@@ -122,6 +125,14 @@ def plot(timeline: dict, path: Path) -> Path:
     return path
 
 
+def _model_line(summary: dict) -> str:
+    checks = summary.get("model_checks", {})
+    return (
+        f"{summary.get('model_agrees')} ({checks.get('ev_decisions', 0)} EV decisions, "
+        f"{checks.get('data_frames_on_model_evs', 0)} data-frame EVs, {checks.get('sacks', 0)} SACKs checked)"
+    )
+
+
 def print_summary(summary: dict) -> None:
     rows = [
         ("data verified", summary["data_verified"]),
@@ -142,6 +153,7 @@ def print_summary(summary: dict) -> None:
         ("link down / up at", f"{summary['failure_at_us']} us / {summary['restore_at_us']} us"),
         ("recovery (goodput back to 90 %)", f"{summary['recovery_us']} us"),
         ("simulated", f"{summary['simulated_us']} us at {summary['sim_cycles_per_s']:,} cycles/s"),
+        ("reference model agrees", _model_line(summary)),
     ]
     width = max(len(k) for k, _ in rows)
     for k, v in rows:

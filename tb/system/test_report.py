@@ -48,8 +48,12 @@ def test_summary_fields():
         "fail_ps": None,
         "restore_ps": None,
         "sim_cycles_per_s": 1000.0,
+        "model_checks": {"ev_decisions": 3, "sacks": 40},
+        "model_mismatches": [],
     }
     s = summarise(timeline)
+    assert s["model_agrees"] and s["model_checks"]["sacks"] == 40
+    assert not summarise({**timeline, "model_mismatches": ["nic0: ..."]})["model_agrees"]
     assert s["plane_share"] == [0.25] * 4
     assert s["goodput_fraction"] == round(400 * 1024 * 8e12 / 400_000 / 10e9, 4)
     assert s["lost_packets"] == 2 and s["retx_packets"] == 2 and s["recovery_us"] is None

@@ -82,6 +82,9 @@ async def _transfer(dut, cfg, *, size=SIZE, registers=None, setup=None, during=N
     print(describe(result))
     print({k: v for k, v in result.counters.items() if v})
     print({k: v for k, v in result.peer_counters.items() if v})
+    for line in result.model_mismatches[:20]:
+        print("MODEL MISMATCH", line)
+    assert not result.model_mismatches, f"{len(result.model_mismatches)} disagreements with the model"
     return bench, result
 
 

@@ -49,6 +49,9 @@ class TransferResult:
     timeline: list = field(default_factory=list)  # (time_ps, plane, payload, rtx, ev) of every data frame
     arrivals: list = field(default_factory=list)  # (time_ps, plane, psn, payload bytes, trimmed) at the peer
     lost_frames: int = 0  # data frames sent that did not reach the peer whole (dropped or trimmed)
+    # reference-model scoreboards (tb/system/scoreboard.py): what was checked, and every disagreement
+    model_checks: dict = field(default_factory=dict)
+    model_mismatches: list = field(default_factory=list)
 
 
 class Transfer:
@@ -132,6 +135,16 @@ class Transfer:
         r.lost_frames = r.data_frames - sum(1 for arrival in r.arrivals if not arrival[4])
         r.counters = a.counters()
         r.peer_counters = b.counters()
+        for nic, counters in ((a, r.counters), (b, r.peer_counters)):
+            nic.paths.check_counters(counters)
+            r.model_mismatches += nic.paths.mismatches + nic.sacks.mismatches
+        r.model_checks = {
+            "ev_decisions": a.paths.summary()["decisions"],
+            "ev_outcomes": a.paths.summary()["outcomes"],
+            "data_frames_on_model_evs": a.paths.frames_checked,
+            "sacks": b.sacks.sacks_checked,
+            "trimmed_nacks": b.sacks.nacks_checked,
+        }
         r.sim_cycles_per_s = bench.sim_cycles_per_s()
         return r
 
@@ -143,5 +156,6 @@ def describe(r: TransferResult) -> str:
         f"goodput {r.goodput_bps / 1e9:.2f} Gb/s = {r.goodput_fraction:.3f} of the limit, "
         f"{r.data_frames} data frames ({r.lost_frames} lost, {r.retx_frames} retransmitted), "
         f"plane share [{share}], "
-        f"{(r.end_ps - r.start_ps) / 1e6:.1f} us simulated, {r.sim_cycles_per_s:.0f} cycles/s"
+        f"{(r.end_ps - r.start_ps) / 1e6:.1f} us simulated, {r.sim_cycles_per_s:.0f} cycles/s; "
+        f"model checks {r.model_checks}, {len(r.model_mismatches)} mismatches"
     )

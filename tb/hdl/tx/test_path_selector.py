@@ -14,7 +14,14 @@ import pytest
 from amaranth.back import verilog
 
 from mrcnic.hdl.tx.layouts import FeedbackEvent as Ev
-from mrcnic.hdl.tx.path_selector import STATS, EvState, PathSelector, ReserveState, lfsr_wrap_matrix
+from mrcnic.hdl.tx.path_selector import (
+    STATS,
+    EvState,
+    PathSelector,
+    ReserveState,
+    TraceOutcome,
+    lfsr_wrap_matrix,
+)
 from mrcnic.wire import make_ev
 
 from support.pysim import run, stream_get, stream_put
@@ -62,8 +69,9 @@ def candidates(seed: int, n: int, count: int) -> list[int]:
 
 class Reference:
     """What the path selector must decide, visit by visit (§6.2 rotation, §6.3 rules, §6.4 events), with
-    the reserve of B entries per (QP, plane) and the ``watch`` records it emits (``self.watch``, in order:
-    ``(qp, target, ev, start)``)."""
+    the reserve of B entries per (QP, plane), the ``watch`` records it emits (``self.watch``, in order:
+    ``(qp, target, ev, start)``) and the ``trace`` record of every feedback event (``self.trace``:
+    ``(qp, target, ev, event, outcome, new_ev)``)."""
 
     def __init__(self, qps: int, n: int, planes: int, backups: int = 2):
         self.qps, self.n, self.planes, self.backups = qps, n, planes, backups
@@ -73,6 +81,7 @@ class Reference:
         self.reserve = [[[[0, EMPTY] for _ in range(backups)] for _ in range(planes)] for _ in range(qps)]
         self.fifo = [[[] for _ in range(planes)] for _ in range(qps)]
         self.watch = []
+        self.trace = []
         self.stats = Counter()
 
     def target(self, plane, index):
@@ -141,48 +150,61 @@ class Reference:
             e[1] = EMPTY
 
     def feedback(self, qp, slot, ev, event, up, min_active):
+        outcome, new_ev = self._feedback(qp, slot, ev, event, up, min_active)
+        self.trace.append((qp, slot, ev, event, outcome, new_ev))
+
+    def _feedback(self, qp, slot, ev, event, up, min_active):
+        """Apply one event; returns its ``(TraceOutcome, new_ev)``."""
+        T = TraceOutcome
         if slot >= self.n:  # a reserve entry: only a probe restore of its probed EV counts
             p, b = divmod(slot - self.n, self.backups) if self.backups else (self.planes, 0)
             if event in PROBE_OKS and p < self.planes and self.reserve[qp][p][b] == [ev, PROBING]:
                 self.reserve[qp][p][b][1] = BACKUP
                 self.fifo[qp][p].append(b)
                 self.stats["restored"] += 1
-            else:
-                self.stats["stale_feedback"] += 1
-            return
+                return T.RESTORED, 0
+            self.stats["stale_feedback"] += 1
+            return T.STALE, 0
         e = self.table[qp][slot]
         if e[0] != ev:
             self.stats["stale_feedback"] += 1
-            return
+            return T.STALE, 0
         p = slot % self.planes
         if event in (Ev.ECN, Ev.TRIM):
             if e[1] == GOOD:
                 e[2] = min(e[2] + (4 if event == Ev.TRIM else 1), 15)
+                return T.SKIP, 0
         elif event == Ev.LOSS:
             if e[1] == GOOD and (up >> p) & 1:
                 if self.fifo[qp][p]:
                     b = self.fifo[qp][p].pop(0)
                     r = self.reserve[qp][p][b]
+                    new_ev = r[0]
                     e[:] = [r[0], GOOD, 0]
                     r[:] = [ev, PROBING]
                     self.watch.append((qp, self.target(p, b), ev, 1))
                     self.stats["retired"] += 1
                     self.stats["replaced"] += 1
-                elif self.usable(qp, up) - 1 < min_active:
+                    return T.REPLACED, new_ev
+                if self.usable(qp, up) - 1 < min_active:
                     self.stats["guarded"] += 1
-                else:
-                    e[1:] = [BAD, 0]
-                    self.watch.append((qp, slot, ev, 1))
-                    self.stats["retired"] += 1
+                    return T.GUARDED, 0
+                e[1:] = [BAD, 0]
+                self.watch.append((qp, slot, ev, 1))
+                self.stats["retired"] += 1
+                return T.RETIRED, 0
         elif event in PROBE_OKS:
             if e[1] == BAD:
                 e[1:] = [GOOD, int(event == Ev.PROBE_OK_SKIP)]
                 self.stats["restored"] += 1
+                return T.RESTORED, 0
         elif event in (Ev.DENY, Ev.RESTORE):
             if e[1] == BAD:
                 self.watch.append((qp, slot, ev, 0))
                 self.stats["restored"] += event == Ev.RESTORE
             e[1:] = [DENIED if event == Ev.DENY else GOOD, 0]
+            return T.HOST, 0
+        return T.UNCHANGED, 0
 
 
 # -- testbench helpers ------------------------------------------------------------------------------
@@ -360,7 +382,7 @@ def test_against_reference(n, planes, backups, requests):
     dut = PathSelector(qps=qps, ev_slots=n, planes=planes, backups=backups)
     evs = slot_evs(qps, n, planes, rng)
     all_planes = (1 << planes) - 1
-    ops, env, responses, final = [], [], [], {}
+    ops, env, responses, final, traced = [], [], [], {}, []
     running = {"requests": True, "helpers": 3}
     drain = WatchDrain(dut, rng, stall=0.4)
 
@@ -374,11 +396,16 @@ def test_against_reference(n, planes, backups, requests):
 
     async def monitor(ctx):
         sigs = [sig for _, s in streams for sig in (s.valid, s.ready, s.payload)]
+        sigs += [dut.trace_valid, dut.trace]
         sigs += [dut.plane_ready, dut.plane_up, dut.min_active]
         async for _, _, *v in ctx.tick().sample(*sigs):
             for i, (kind, _) in enumerate(streams):
                 if v[3 * i] and v[3 * i + 1]:
                     ops.append((len(env), kind, v[3 * i + 2]))
+            if v[-5]:
+                t = v[-4]
+                traced.append((t.qp, t.target, t.ev, Ev(t.event), TraceOutcome(t.outcome), t.new_ev))
+                assert t.plane_up == v[-2]
             env.append(tuple(v[-3:]))
 
     def random_backup_ev(p):
@@ -513,8 +540,10 @@ def test_against_reference(n, planes, backups, requests):
         assert drain.records[: len(ref.watch)] == ref.watch, where
     assert k == len(responses) == requests
     assert drain.records == ref.watch, f"seed {seed}"
+    assert traced == ref.trace, f"seed {seed}"  # one trace record per feedback event, in order
     assert final == {name: ref.stats[name] for name in STATS}, f"seed {seed}"
     seen["watch_stop"] = sum(1 for w in ref.watch if not w[3])
+    seen.update(Counter(t[4].name for t in traced))
     print(dict(seen), final)
     # The random mix reached every rule.
     assert seen["found"] > requests // 3 and seen["not_found"] > 0 and seen["avoided"] > 0
@@ -522,6 +551,8 @@ def test_against_reference(n, planes, backups, requests):
         final[name] > 0 for name in ("retired", "restored", "guarded", "stale_feedback", "skipped_visits")
     )
     assert seen["watch_stop"] > 0
+    reached = {"SKIP", "RETIRED", "GUARDED", "RESTORED", "STALE", "HOST", "UNCHANGED"}
+    assert reached <= set(seen), f"trace outcomes reached: {seen}"
     if backups:
         assert final["replaced"] > 0 and seen["reserve_restored"] > 0
     else:
