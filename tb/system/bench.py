@@ -41,7 +41,7 @@ from mrcnic.model.endpoint import gid, host_mac
 from mrcnic.model.ev import EvTable
 from mrcnic.model.params import wire_bytes
 
-from .scoreboard import PathScoreboard, SackScoreboard
+from .scoreboard import PathScoreboard, ReceiveModel, SackScoreboard
 from support.layouts import pack, unpack
 
 __all__ = ["CLOCK_PS", "NicBench", "RtlNic", "SystemConfig"]
@@ -342,6 +342,7 @@ class RtlNic:
         # Reference-model scoreboards (tb/system/scoreboard.py); NicBench.connect attaches the QPs.
         self.paths = PathScoreboard(self.prefix, cfg.ev_slots, bench.stale_ev_grace_ps)
         self.sacks = SackScoreboard(self.prefix)
+        self.receive_model = ReceiveModel(self.prefix, cfg.window)
         self.path_trace = RecordMonitor(
             dut,
             f"{self.prefix}__path_trace",
@@ -404,6 +405,8 @@ class RtlNic:
         qp = self.bench.qp_index(frame.bth.dest_qp)
         for _, intact in copies:
             self.sacks.on_arrival(qp, plane, frame, intact)
+            if intact:
+                self.receive_model.on_arrival(qp, frame, now)
         for raw, _ in copies:
             self.inputs[plane].send(raw)
 
@@ -588,6 +591,7 @@ class NicBench:
             tables.append(table)
             me.paths.attach(q, table)
             me.sacks.attach(q, psn[peer])
+            me.receive_model.attach(q, self.qpn(q), self.qpn(pq), psn[peer])
             me.peer_qp[self.qpn(pq)] = q
             me.put("ev_seed", {"qp": q, "seed": table.lfsr_seed})
             for slot, entry in enumerate(table.slots):
@@ -620,6 +624,7 @@ class NicBench:
     def register_memory(self, nic: RtlNic, index: int, base: int, length: int, tag: int = 0x5A) -> int:
         """A memory region writable by the peer; returns its R_Key (low bits = table index)."""
         rkey = (tag << 8) | index
+        nic.receive_model.register(rkey, base, length)
         nic.put(
             "mr_configure",
             {

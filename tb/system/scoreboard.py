@@ -11,6 +11,10 @@
   Complete: each packet that reached the same plane port before the SACK's trigger (so the RX pipeline
   processed it first) is acknowledged when the SACK can represent it. The base follows §7.2
   (:func:`mrcnic.model.receiver.sack_base`). Every TRIMMED NACK names a trimmed arrival.
+* :class:`ReceiveModel`: the reference model's receiver (:class:`mrcnic.model.receiver.Receiver`) takes
+  the same delivered frames as the RTL NIC; at the end its placed data must be what the RTL wrote into
+  host memory, byte for byte, and its counters (placed packets and bytes, duplicates, trims,
+  out-of-window, access errors, probes) the RTL's.
 
 Mismatches are collected as strings (``mismatches``) for the test to assert on, with the time and the
 record, so one run reports all of them.
@@ -24,9 +28,11 @@ from mrcnic import wire
 from mrcnic.hdl.tx.layouts import FeedbackEvent
 from mrcnic.hdl.tx.path_selector import TraceOutcome
 from mrcnic.model.ev import EvTable
-from mrcnic.model.receiver import sack_base
+from mrcnic.model.memory import MemoryRegion
+from mrcnic.model.params import Params
+from mrcnic.model.receiver import Receiver, sack_base
 
-__all__ = ["PathScoreboard", "SackScoreboard"]
+__all__ = ["PathScoreboard", "ReceiveModel", "SackScoreboard"]
 
 PSN_MOD = 1 << 24
 PSN_HALF = 1 << 23
@@ -239,3 +245,91 @@ class SackScoreboard:
 
     def summary(self) -> dict:
         return {"sacks": self.sacks_checked, "trimmed_nacks": self.nacks_checked}
+
+
+class _CountingReceiver(Receiver):
+    """The model's receiver with its answers counted, not sent: the RTL NIC's answers are on the wire."""
+
+    def _control(self, ev, opcode, headers) -> None:
+        pass
+
+    def _send_ack(self, now: int) -> None:
+        self.last_ack_at = now
+        self.ack_dirty = False
+        self.c["acks"] += 1
+
+
+class _ModelQp:
+    """What :class:`Receiver` asks of its QP and endpoint; timers are not run (they only pace answers)."""
+
+    def __init__(self, qpn: int, peer_qpn: int, regions: dict):
+        self.qpn, self.peer_qpn = qpn, peer_qpn
+        self.endpoint = self
+        self.regions = regions
+
+    def message_placed(self, qp, msn: int, now: int) -> None:
+        pass
+
+    def schedule(self, time: int, fn, *args) -> None:
+        pass
+
+
+# RTL receive counter (``rx_*`` of MrcNic) -> the model receiver's counters that must add up to it
+_RX_COUNTERS = {
+    "rx_placed": ("rx_pkts",),
+    "rx_placed_bytes": ("rx_bytes",),
+    "rx_duplicate": ("dups",),
+    "rx_trimmed": ("trimmed",),  # the model counts both trim reasons together
+    "rx_psn_out_of_window": ("oor",),
+    "rx_access_error": ("bad_access",),
+    "rx_probes": ("probes",),
+}
+
+
+class ReceiveModel:
+    def __init__(self, name: str, window: int):
+        self.name = name
+        self.params = Params(window=window)
+        self.regions: dict[int, MemoryRegion] = {}
+        self.receivers: dict[int, Receiver] = {}
+        self.mismatches: list[str] = []
+
+    def register(self, rkey: int, base: int, length: int) -> None:
+        self.regions[rkey] = MemoryRegion(base, length, buffer=True)
+
+    def attach(self, qp: int, qpn: int, peer_qpn: int, initial_psn: int) -> None:
+        receiver = _CountingReceiver(_ModelQp(qpn, peer_qpn, self.regions), self.params)
+        receiver.cack = initial_psn - 1  # the model counts PSNs unwrapped from here
+        self.receivers[qp] = receiver
+
+    def on_arrival(self, qp: int, frame, now: int) -> None:
+        receiver = self.receivers.get(qp)
+        if receiver is None:
+            return
+        if frame.opcode.is_write:
+            receiver.on_data(frame, now)
+        elif frame.opcode == wire.Opcode.PROBE:
+            receiver.on_probe(frame, now)
+
+    def check(self, counters: dict, read) -> None:
+        """Compare with the RTL NIC's ``counters`` and its host memory (``read(address, length)``)."""
+        model = Counter()
+        for receiver in self.receivers.values():
+            model.update(receiver.c)
+        for name, parts in _RX_COUNTERS.items():
+            rtl = counters.get(name, 0) + (
+                counters.get("rx_trimmed_lasthop", 0) if name == "rx_trimmed" else 0
+            )
+            want = sum(model[p] for p in parts)
+            if rtl != want:
+                self.mismatches.append(f"{self.name}: {name} = {rtl}, model {want}")
+        for rkey, region in self.regions.items():
+            for start, end in region.coverage():
+                if read(region.base + start, end - start) != bytes(region.buffer[start:end]):
+                    self.mismatches.append(
+                        f"{self.name}: R_Key {rkey:#x} bytes {start}..{end} differ from the model's placement"
+                    )
+
+    def summary(self) -> dict:
+        placed = sum(r.c["rx_pkts"] for r in self.receivers.values())
+        return {"placed": placed, "bytes": sum(r.c["rx_bytes"] for r in self.receivers.values())}

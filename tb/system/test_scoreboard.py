@@ -8,8 +8,9 @@ from mrcnic import wire
 from mrcnic.hdl.tx.layouts import FeedbackEvent as Ev
 from mrcnic.hdl.tx.path_selector import TraceOutcome as T
 from mrcnic.model.ev import EvTable
+from mrcnic.wire.examples import example_addressing
 
-from system.scoreboard import PathScoreboard, SackScoreboard
+from system.scoreboard import PathScoreboard, ReceiveModel, SackScoreboard
 
 N, PLANES = 8, 4
 ALL_UP = (1 << PLANES) - 1
@@ -160,3 +161,42 @@ def test_trimmed_nacks_name_a_trimmed_arrival():
         neth = wire.Neth(nack_reason=wire.NackReason.TRIMMED, nack_psn=psn, entropy=ev)
         sb.on_control(0, _Frame(wire.Opcode.NACK, headers=[neth]), 5)
     assert sb.nacks_checked == 2 and len(sb.mismatches) == 1 and "101" in sb.mismatches[0]
+
+
+def test_receive_model_places_and_counts_like_the_nic():
+    """Three packets of one message with PSNs wrapping, one duplicated; the model's placement and
+    counters against a memory and counters that agree, then ones that do not."""
+    rm = ReceiveModel("nic", window=256)
+    rm.register(0x5A00, 0x1000, 4096)
+    first = (1 << 24) - 1
+    rm.attach(0, 0x100, 0x101, first)
+    payload = bytes(range(256)) * 3
+    ops = (wire.Opcode.WRITE_FIRST, wire.Opcode.WRITE_MIDDLE, wire.Opcode.WRITE_LAST)
+    frames = [
+        wire.data_frame(
+            example_addressing(),
+            ev=0,
+            opcode=op,
+            dest_qp=0x100,
+            psn=(first + i) % (1 << 24),
+            msn=0,
+            rqmsn=0,
+            va=0x1000 + 256 * i,
+            rkey=0x5A00,
+            dma_length=768,
+            payload=payload[256 * i : 256 * (i + 1)],
+        )
+        for i, op in enumerate(ops)
+    ]
+    for i in (2, 0, 1, 0):
+        rm.on_arrival(0, frames[i], 10 * i)
+    memory = bytearray(8192)
+    memory[0x1000 : 0x1000 + 768] = payload
+    counters = {"rx_placed": 3, "rx_placed_bytes": 768, "rx_duplicate": 1}
+    rm.check(counters, lambda address, length: bytes(memory[address : address + length]))
+    assert rm.mismatches == [] and rm.summary() == {"placed": 3, "bytes": 768}
+    memory[0x1000 + 300] ^= 1
+    rm.check(
+        {**counters, "rx_duplicate": 0}, lambda address, length: bytes(memory[address : address + length])
+    )
+    assert len(rm.mismatches) == 2

@@ -137,13 +137,15 @@ class Transfer:
         r.peer_counters = b.counters()
         for nic, counters in ((a, r.counters), (b, r.peer_counters)):
             nic.paths.check_counters(counters)
-            r.model_mismatches += nic.paths.mismatches + nic.sacks.mismatches
+            nic.receive_model.check(counters, nic.ram.read)
+            r.model_mismatches += nic.paths.mismatches + nic.sacks.mismatches + nic.receive_model.mismatches
         r.model_checks = {
             "ev_decisions": a.paths.summary()["decisions"],
             "ev_outcomes": a.paths.summary()["outcomes"],
             "data_frames_on_model_evs": a.paths.frames_checked,
             "sacks": b.sacks.sacks_checked,
             "trimmed_nacks": b.sacks.nacks_checked,
+            "model_placed_packets": b.receive_model.summary()["placed"],
         }
         r.sim_cycles_per_s = bench.sim_cycles_per_s()
         return r
