@@ -1,0 +1,20 @@
+"""The NIC's register map: one description from which the gateware's register file, the driver's view
+of the device and ``docs/registers.md`` are all made (``python -m mrcnic.regmap`` writes the docs)."""
+
+from .model import HEADER_WORDS, TYPE_PREFIX, Access, Block, BlockType, Register, RegisterMap
+from .nic import COUNTERS, MAGIC, TABLES, Capabilities, nic_register_map
+
+__all__ = [
+    "COUNTERS",
+    "HEADER_WORDS",
+    "MAGIC",
+    "TABLES",
+    "TYPE_PREFIX",
+    "Access",
+    "Block",
+    "BlockType",
+    "Capabilities",
+    "Register",
+    "RegisterMap",
+    "nic_register_map",
+]

@@ -1,0 +1,131 @@
+"""The register map: its linked list, the generated docs, and its agreement with the NIC core it
+describes (every binding names a port of the right width and default, every table block stages exactly
+the record of its NIC stream, every counter of the core has a register)."""
+
+from pathlib import Path
+
+import pytest
+from amaranth.hdl import Shape
+from amaranth.lib import data
+
+from mrcnic.hdl.nic import STATS, MrcNic
+from mrcnic.regmap import (
+    COUNTERS,
+    HEADER_WORDS,
+    TYPE_PREFIX,
+    Access,
+    BlockType,
+    Capabilities,
+    nic_register_map,
+)
+from mrcnic.regmap.markdown import registers_markdown
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "registers.md"
+CAPS = [Capabilities(), Capabilities(planes=2, qps=2, ev_slots=8, backups=1, mrs=4, destinations=2)]
+
+
+def test_docs_are_generated_from_the_map():
+    assert DOCS.read_text() == registers_markdown(), (
+        "docs/registers.md is stale: python -m mrcnic.regmap docs/registers.md"
+    )
+
+
+@pytest.mark.parametrize("caps", CAPS, ids=["default", "small"])
+def test_linked_list(caps):
+    regmap = nic_register_map(caps)
+    words = {}
+    for address, block, register, _index in regmap.words():
+        assert address not in words, f"{block.name}: word {address:#x} used twice"
+        words[address] = (block.name, register)
+    # Walk from address 0 as a driver does.
+    seen, address = [], 0
+    while True:
+        block = next(b for b in regmap.blocks if b.base == address)
+        t, version, nxt, info = regmap.header(block)
+        assert t >> 16 == TYPE_PREFIX and BlockType(t & 0xFFFF) == block.kind
+        assert version == block.version_word and info == block.info
+        seen.append(block.name)
+        if nxt == 0:
+            break
+        assert nxt > address and nxt % 0x40 == 0
+        address = nxt
+    assert seen == [b.name for b in regmap.blocks]
+    assert [b.info for b in regmap.blocks if b.kind == BlockType.PORT] == list(range(caps.planes))
+    assert regmap["nic_id"].base == 0 and regmap["nic_id"].offsets["MAGIC"] == 4 * HEADER_WORDS
+    assert max(words) < regmap.size
+
+
+def _leaves(shape, path=""):
+    """(path, width) of every leaf field of a layout."""
+    if isinstance(shape, data.StructLayout):
+        for name, field in shape:
+            yield from _leaves(field.shape, f"{path}.{name}" if path else name)
+    elif isinstance(shape, data.ArrayLayout):
+        for i in range(shape.length):
+            yield from _leaves(shape.elem_shape, f"{path}[{i}]")
+    else:
+        yield path, Shape.cast(shape).width
+
+
+def _resolve(nic, binding):
+    """(width, reset) of the NIC port a binding names: ``name``, ``name[i]`` (a bit) or ``name.field``."""
+    port, _, rest = binding.partition(".")
+    index = None
+    if "[" in port:
+        port, index = port[:-1].split("[")
+    member = nic.signature.members[port]
+    if rest:
+        widths = dict(_leaves(member.shape))
+        return widths[rest], None
+    width = Shape.cast(member.shape).width
+    init = member.init if not isinstance(member.init, (dict, list)) else None
+    if index is not None:
+        return 1, None if init is None else (int(init) >> int(index)) & 1
+    return width, None if init is None else int(init)
+
+
+@pytest.mark.parametrize("caps", CAPS, ids=["default", "small"])
+def test_bindings_match_the_nic(caps):
+    nic = MrcNic(
+        data_width=caps.data_width,
+        planes=caps.planes,
+        qps=caps.qps,
+        ev_slots=caps.ev_slots,
+        backups=caps.backups,
+        window=caps.window,
+        mrs=caps.mrs,
+        destinations=caps.destinations,
+        clock_hz=caps.clock_hz,
+    )
+    regmap = nic_register_map(caps)
+    bound = set()
+    for block in regmap.blocks:
+        if block.kind == BlockType.TABLE:
+            record = nic.signature.members[block.table].signature.members["payload"].shape
+            fields = {r.binding: r.width for r in block.registers if r.binding}
+            assert fields == dict(_leaves(record)), f"table {block.name} differs from {block.table}"
+            continue
+        for r in block.registers:
+            if r.binding is None:
+                continue
+            width, init = _resolve(nic, r.binding)
+            assert r.width >= width, f"{block.name}.{r.name} narrower than {r.binding}"
+            if r.access == Access.RW and init is not None:
+                assert r.reset == init, f"{block.name}.{r.name} reset {r.reset} != NIC default {init}"
+            bound.add(r.binding.split(".")[0].split("[")[0])
+    counters = {f"stat_{b}_{n}" for b, names in STATS.items() for n in names}
+    assert {f"stat_{b}_{n}" for b, entries in COUNTERS.items() for n, _ in entries} == counters
+    # every register input of the core is reachable from the host
+    inputs = {name for name, m in nic.signature.members.items() if m.is_port and m.flow.name == "In"}
+    assert inputs <= bound, f"NIC inputs without a register: {sorted(inputs - bound)}"
+    tables = {b.table for b in regmap.blocks if b.table}
+    assert tables == {
+        "tx_qp_configure",
+        "rx_qp_configure",
+        "connect",
+        "ev_configure",
+        "reserve_configure",
+        "ev_seed",
+        "route_configure",
+        "mr_configure",
+    }
