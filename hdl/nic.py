@@ -50,7 +50,7 @@ from .tx.prober import Prober
 from .tx.tracker import STATS as TRACKER_STATS
 from .tx.tracker import TxTracker
 
-__all__ = ["MrcNic", "STATS", "connect_layout"]
+__all__ = ["STATS", "MrcNic", "connect_layout", "core_signature"]
 
 TX_STATS = ("packets", "probes", "ack_requests", "no_path", "rejected_wr", "dma_errors", "stale_retransmits")
 WATCHDOG_STATS = ("ack_requests", "retry_exceeded")
@@ -393,3 +393,12 @@ class MrcNic(wiring.Component):
                     source = f"stat_path_{name}"
                 m.d.comb += getattr(self, f"stat_{block}_{name}").eq(getattr(blocks[block], source))
         return m
+
+
+def core_signature(**params) -> wiring.Signature:
+    """The signature of an ``MrcNic(**params)``, for blocks built around the core (the register file)
+    without elaborating one: the core object made for it is marked as deliberately unused."""
+    nic = MrcNic(**params)
+    for part in (nic, nic._tx, nic._tx._paths, nic._rx, nic._tracker, nic._prober):
+        part._MustUse__silence = True
+    return nic.signature

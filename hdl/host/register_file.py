@@ -1,0 +1,176 @@
+"""Register file: the NIC's register map (``mrcnic.regmap``) behind an AXI4-Lite subordinate port.
+
+Ref: docs/registers.md (generated from the same map); ARM IHI 0022 Part B (AXI4-Lite).
+
+Built from a :class:`~mrcnic.regmap.RegisterMap` and the signature of the core it configures
+(``MrcNic``): every register's ``binding`` names a core port, and the register file has a port of the same
+name and shape facing the other way, so the top level connects them by name:
+
+* an ``rw`` register bound to a core input (``rto_cycles``, ``config.port_mac[1]``, ``plane_up[2]``) holds
+  its value (reset = the map's reset) and drives that input or field;
+* an ``ro`` register bound to a core output (``stat_*``, ``now``) reads it; an unbound ``ro`` register
+  (identity, capabilities) reads its reset value;
+* a TABLE block has staging registers for every field of the record of its core stream, and a port of
+  that stream: writing 1 to ``COMMAND`` makes the staged record valid until the core takes it. Writes to
+  a table block wait while its record is pending (AXI backpressure: nothing is dropped, and the record
+  cannot change under the core); ``STATUS`` = {records taken mod 2^16, pending}.
+
+Bus behaviour. One write and one read at a time; a write is taken when address and data are both valid
+(1 cycle, then B); a read returns in the next cycle. Strobes select byte lanes. A register wider than 32
+bits is written word by word (the core sees each word as it lands). Addresses inside the map that hold no
+register read 0 and ignore writes (OKAY); addresses beyond the map answer DECERR. The address's low two
+bits are ignored.
+"""
+
+from __future__ import annotations
+
+from amaranth import Const, Module, Signal, Value
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from mrcnic.regmap import Access, BlockType, RegisterMap
+
+from ..dma.axi import AxiResp
+from .axil import AxiLiteSignature
+
+__all__ = ["RegisterFile"]
+
+
+def _port_name(binding: str) -> str:
+    return binding.split(".")[0].split("[")[0]
+
+
+def _select(value, path: str):
+    """The part of ``value`` (a port, or a record view) a binding path names: ``a.b[2].c``, ``x[3]``."""
+    for part in path.split("."):
+        name, _, index = part.partition("[")
+        if name:
+            value = getattr(value, name)
+        if index:
+            value = value[int(index[:-1])]
+    return value
+
+
+class RegisterFile(wiring.Component):
+    def __init__(self, regmap: RegisterMap, core: wiring.Signature, *, addr_width: int = 16):
+        if regmap.size > 1 << addr_width:
+            raise ValueError(
+                f"the register map ({regmap.size:#x} bytes) does not fit {addr_width} address bits"
+            )
+        self.regmap, self.addr_width = regmap, addr_width
+        core_members = core.members
+        members = {"bus": In(AxiLiteSignature(addr_width=addr_width))}
+        for block in regmap.blocks:
+            if block.kind == BlockType.TABLE:
+                # the core's member is In(stream); its .signature is that stream flipped
+                members[block.table] = Out(core_members[block.table].signature.flip())
+                continue
+            for r in block.registers:
+                if r.binding is None:
+                    continue
+                name = _port_name(r.binding)
+                member = core_members[name]
+                members[name] = (Out if member.flow == In else In)(member.shape)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        bus = self.bus
+        reads: dict[int, object] = {}  # word index -> 32-bit value
+        writes: dict[int, list] = {}  # word index -> [(signal, low bit, width)] byte-lane targets
+        table_words: dict[int, int] = {}  # word index -> table number (writes wait while it is pending)
+        commands: dict[int, Signal] = {}  # word index -> the table's pending flag to set
+        pending_of: list[Signal] = []
+
+        def word(address: int) -> int:
+            return address >> 2
+
+        for block in self.regmap.blocks:
+            for i, value in enumerate(self.regmap.header(block)):
+                reads[word(block.base) + i] = Const(value, 32)
+            table = None
+            if block.kind == BlockType.TABLE:
+                table = len(pending_of)
+                record = getattr(self, block.table)
+                pending = Signal(name=f"{block.name}_pending")
+                taken = Signal(16, name=f"{block.name}_taken")
+                pending_of.append(pending)
+                m.d.comb += record.valid.eq(pending)
+                with m.If(record.valid & record.ready):
+                    m.d.sync += [pending.eq(0), taken.eq(taken + 1)]
+            for r in block.registers:
+                first = word(block.address(r.name))
+                if table is not None:
+                    for w in range(r.words):
+                        table_words[first + w] = table
+                if table is not None and r.name == "STATUS":
+                    reads[first] = (taken << 16) | pending
+                    continue
+                if table is not None and r.name == "COMMAND":
+                    commands[first] = pending
+                    continue
+                if r.access == Access.RW:
+                    store = Signal(r.width, init=r.reset, name=f"{block.name}_{r.name.lower()}")
+                    target = record.payload if table is not None else self
+                    target = _select(target, r.binding)
+                    m.d.comb += target.eq(store)
+                    value = store
+                    for w in range(r.words):
+                        writes[first + w] = [(store, 32 * w, min(32, r.width - 32 * w))]
+                elif r.binding is not None:
+                    value = _select(self, r.binding)
+                else:
+                    value = Const(r.reset, r.width)
+                for w in range(r.words):
+                    reads[first + w] = Value.cast(value)[32 * w : 32 * w + 32]
+
+        # -- write channel: address and data together, then the response
+        size_words = self.regmap.size >> 2
+        aw_word = bus.awaddr[2:]
+        blocked = Signal()
+        with m.Switch(aw_word):
+            for w, table in table_words.items():
+                with m.Case(w):
+                    m.d.comb += blocked.eq(pending_of[table])
+        take_write = Signal()
+        m.d.comb += take_write.eq(bus.awvalid & bus.wvalid & ~bus.bvalid & ~blocked)
+        m.d.comb += [bus.awready.eq(take_write), bus.wready.eq(take_write)]
+        with m.If(bus.bvalid & bus.bready):
+            m.d.sync += bus.bvalid.eq(0)
+        with m.If(take_write):
+            m.d.sync += bus.bvalid.eq(1)
+            with m.If(aw_word >= size_words):
+                m.d.sync += bus.bresp.eq(AxiResp.DECERR)
+            with m.Else():
+                m.d.sync += bus.bresp.eq(AxiResp.OKAY)
+            with m.Switch(aw_word):
+                for w, targets in writes.items():
+                    with m.Case(w):
+                        for store, low, width in targets:
+                            for lane in range(4):
+                                lo = 8 * lane
+                                if lo >= width:
+                                    break
+                                hi = min(lo + 8, width)
+                                with m.If(bus.wstrb[lane]):
+                                    m.d.sync += store[low + lo : low + hi].eq(bus.wdata[lo:hi])
+                for w, pending in commands.items():
+                    with m.Case(w):
+                        with m.If(bus.wstrb[0] & bus.wdata[0]):
+                            m.d.sync += pending.eq(1)
+
+        # -- read channel: the data of the address taken, one cycle later
+        with m.If(bus.rvalid & bus.rready):
+            m.d.sync += bus.rvalid.eq(0)
+        take_read = Signal()
+        m.d.comb += [take_read.eq(bus.arvalid & ~bus.rvalid), bus.arready.eq(take_read)]
+        ar_word = bus.araddr[2:]
+        with m.If(take_read):
+            m.d.sync += [bus.rvalid.eq(1), bus.rdata.eq(0), bus.rresp.eq(AxiResp.OKAY)]
+            with m.If(ar_word >= size_words):
+                m.d.sync += bus.rresp.eq(AxiResp.DECERR)
+            with m.Switch(ar_word):
+                for w, value in reads.items():
+                    with m.Case(w):
+                        m.d.sync += bus.rdata.eq(value)
+        return m
