@@ -2,10 +2,20 @@
 of the device and ``docs/registers.md`` are all made (``python -m mrcnic.regmap`` writes the docs)."""
 
 from .model import HEADER_WORDS, TYPE_PREFIX, Access, Block, BlockType, Register, RegisterMap
-from .nic import COUNTERS, MAGIC, TABLES, Capabilities, nic_register_map
+from .nic import COUNTERS, HOST_COUNTERS, MAGIC, TABLES, Capabilities, nic_register_map
+from .queues import CQE_BYTES, WQE_BYTES, Cqe, CqeKind, CqeStatus, Wqe, WqeOpcode, cqe_phase
 
 __all__ = [
     "COUNTERS",
+    "CQE_BYTES",
+    "HOST_COUNTERS",
+    "WQE_BYTES",
+    "Cqe",
+    "CqeKind",
+    "CqeStatus",
+    "Wqe",
+    "WqeOpcode",
+    "cqe_phase",
     "HEADER_WORDS",
     "MAGIC",
     "TABLES",

@@ -41,6 +41,8 @@ class BlockType(enum.IntEnum):
     PATHS = 0x0005  # EV state machine and prober parameters
     CONGESTION = 0x0006  # NSCC window parameters
     TABLE = 0x0010  # a write port into one of the NIC's tables (QP, MR, EV, route)
+    QP_QUEUES = 0x0020  # the send queue and receive credits of one QP
+    COMPLETION_QUEUE = 0x0021  # the completion queue
     COUNTERS = 0x0030  # event counters
 
 

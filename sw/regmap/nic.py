@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..wire.constants import MRC_UDP_PORT, Dscp
 from .model import Access, Block, BlockType, Register, RegisterMap
 
-__all__ = ["COUNTERS", "MAGIC", "TABLES", "Capabilities", "nic_register_map"]
+__all__ = ["COUNTERS", "HOST_COUNTERS", "MAGIC", "TABLES", "Capabilities", "nic_register_map"]
 
 MAGIC = 0x4E43524D  # "MRCN", little-endian ASCII
 RO, WO = Access.RO, Access.WO
@@ -33,6 +33,9 @@ class Capabilities:
     mrs: int = 8
     destinations: int = 4
     clock_hz: int = 250_000_000
+    # The work queues in host memory (QP_QUEUES, COMPLETION_QUEUE blocks and the host counters). The
+    # gateware's register file is built without them until its queue engine exists (issue 7, in progress).
+    host_queues: bool = True
 
     def cycles(self, microseconds: float) -> int:
         return round(microseconds * self.clock_hz / 1e6)
@@ -137,6 +140,18 @@ COUNTERS: dict[str, tuple[tuple[str, str], ...]] = {
         ("response_no_plane", "answers dropped: the plane of the echoed EV is not present"),
     ),
 }
+
+
+# Counters of the host interface's queue engine (binding stat_host_<name>).
+HOST_COUNTERS: tuple[tuple[str, str], ...] = (
+    ("wqes_fetched", "work-queue entries read from the send queues"),
+    ("cqes_written", "completion-queue entries written"),
+    ("doorbell_overruns", "SQ doorbells further than the ring size ahead of the consumer (SQ stopped)"),
+    ("invalid_wqes", "WQEs with a bad opcode or length (completed INVALID_WQE)"),
+    ("flushed", "WQEs completed FLUSHED on a QP in ERROR"),
+    ("cq_full_stalls", "cycles a completion waited because the completion queue was full"),
+    ("dma_errors", "WQE reads or CQE writes that returned an AXI error"),
+)
 
 
 @dataclass(frozen=True)
@@ -469,6 +484,9 @@ def nic_register_map(c: Capabilities | None = None) -> RegisterMap:
         ]
         regs += [R(_reg_name(f.path), f.doc, f.width, binding=f.path) for f in fields]
         blocks.append(Block(BlockType.TABLE, name, doc, regs, info=i, table=stream_name))
+    if c.host_queues:
+        blocks += _queue_blocks(c)
+    groups = dict(COUNTERS, **({"host": HOST_COUNTERS} if c.host_queues else {}))
     counters = [
         R(
             f"{block}_{name}".upper(),
@@ -476,7 +494,7 @@ def nic_register_map(c: Capabilities | None = None) -> RegisterMap:
             access=RO,
             binding=f"stat_{block}_{name}",
         )
-        for block, entries in COUNTERS.items()
+        for block, entries in groups.items()
         for name, doc in entries
     ]
     blocks.append(
@@ -489,3 +507,101 @@ def nic_register_map(c: Capabilities | None = None) -> RegisterMap:
         )
     )
     return RegisterMap(blocks)
+
+
+def _queue_blocks(c: Capabilities) -> list[Block]:
+    """Per QP its send queue and receive credits, then the completion queue (docs/host-interface.md)."""
+    R = Register
+    blocks = []
+    for q in range(c.qps):
+        blocks.append(
+            Block(
+                BlockType.QP_QUEUES,
+                f"qp{q}_queues",
+                f"QP {q}: its send queue in host memory (64-byte WQEs) and its posted receives.",
+                [
+                    R(
+                        "SQ_BASE",
+                        "byte address of the send queue ring (64-byte aligned)",
+                        64,
+                        binding=f"sq_base[{q}]",
+                    ),
+                    R(
+                        "SQ_SIZE_LOG2",
+                        "ring of 2^n WQEs (1..15); 0: the send queue is off",
+                        4,
+                        binding=f"sq_size_log2[{q}]",
+                    ),
+                    R(
+                        "SQ_PRODUCER",
+                        "doorbell: WQEs the host has written (mod 2^16)",
+                        16,
+                        binding=f"sq_producer[{q}]",
+                    ),
+                    R(
+                        "SQ_CONSUMER",
+                        "WQEs the NIC has read (mod 2^16)",
+                        16,
+                        access=RO,
+                        binding=f"sq_consumer[{q}]",
+                    ),
+                    R(
+                        "SQ_COMPLETED",
+                        "WQEs completed: a CQE written (mod 2^16)",
+                        16,
+                        access=RO,
+                        binding=f"sq_completed[{q}]",
+                    ),
+                    R(
+                        "RQ_PRODUCER",
+                        "doorbell: receives posted for WRITE-with-immediate (mod 2^16)",
+                        16,
+                        binding=f"rq_producer[{q}]",
+                    ),
+                    R(
+                        "RQ_CONSUMER",
+                        "receives consumed: a RECV_IMM CQE written (mod 2^16)",
+                        16,
+                        access=RO,
+                        binding=f"rq_consumer[{q}]",
+                    ),
+                    R(
+                        "STATUS",
+                        "[0] QP in ERROR (WQEs complete FLUSHED); [1] SQ stopped by a doorbell overrun",
+                        2,
+                        access=RO,
+                        binding=f"qp_status[{q}]",
+                    ),
+                ],
+                info=q,
+            )
+        )
+    blocks.append(
+        Block(
+            BlockType.COMPLETION_QUEUE,
+            "cq",
+            "The completion queue in host memory (32-byte CQEs) for every QP.",
+            [
+                R(
+                    "CQ_BASE",
+                    "byte address of the completion queue ring (32-byte aligned)",
+                    64,
+                    binding="cq_base",
+                ),
+                R(
+                    "CQ_SIZE_LOG2",
+                    "ring of 2^n CQEs (1..15); 0: no completions are written",
+                    4,
+                    binding="cq_size_log2",
+                ),
+                R("CQ_PRODUCER", "CQEs the NIC has written (mod 2^16)", 16, access=RO, binding="cq_producer"),
+                R(
+                    "CQ_CONSUMER",
+                    "CQEs the host has consumed (mod 2^16): the NIC never overwrites an unconsumed CQE",
+                    16,
+                    binding="cq_consumer",
+                ),
+            ],
+        )
+    )
+    return blocks

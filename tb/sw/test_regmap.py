@@ -2,6 +2,7 @@
 describes (every binding names a port of the right width and default, every table block stages exactly
 the record of its NIC stream, every counter of the core has a register)."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,11 +12,19 @@ from amaranth.lib import data
 from mrcnic.hdl.nic import STATS, MrcNic
 from mrcnic.regmap import (
     COUNTERS,
+    CQE_BYTES,
     HEADER_WORDS,
     TYPE_PREFIX,
+    WQE_BYTES,
     Access,
     BlockType,
     Capabilities,
+    Cqe,
+    CqeKind,
+    CqeStatus,
+    Wqe,
+    WqeOpcode,
+    cqe_phase,
     nic_register_map,
 )
 from mrcnic.regmap.markdown import registers_markdown
@@ -97,7 +106,8 @@ def test_bindings_match_the_nic(caps):
         destinations=caps.destinations,
         clock_hz=caps.clock_hz,
     )
-    regmap = nic_register_map(caps)
+    # The queue blocks bind to the host interface's queue engine, not to the core.
+    regmap = nic_register_map(replace(caps, host_queues=False))
     bound = set()
     for block in regmap.blocks:
         if block.kind == BlockType.TABLE:
@@ -129,3 +139,28 @@ def test_bindings_match_the_nic(caps):
         "route_configure",
         "mr_configure",
     }
+
+
+def test_queue_blocks_and_entry_formats():
+    regmap = nic_register_map(Capabilities(qps=3))
+    queues = [b for b in regmap.blocks if b.kind == BlockType.QP_QUEUES]
+    assert [b.info for b in queues] == [0, 1, 2]
+    assert regmap["cq"].kind == BlockType.COMPLETION_QUEUE
+    assert "HOST_DMA_ERRORS" in {r.name for r in regmap["counters"].registers}
+    wqe = Wqe(WqeOpcode.WRITE_IMM, 4096, 0x1000, 0xABCD_0000_1234, 0x5A01, imm=0xC0DE, wr_id=77)
+    raw = wqe.encode()
+    assert len(raw) == WQE_BYTES and Wqe.decode(raw) == wqe
+    assert raw[0] == 1 and int.from_bytes(raw[4:8], "little") == 4096
+    cqe = Cqe(
+        index=0xFFFF,
+        kind=CqeKind.RECV_IMM,
+        status=CqeStatus.SUCCESS,
+        qp=2,
+        msn=9,
+        byte_len=100,
+        imm=5,
+        phase=0,
+    )
+    raw = cqe.encode()
+    assert len(raw) == CQE_BYTES and Cqe.decode(raw) == cqe and raw[31] == 0
+    assert [cqe_phase(n, 2) for n in (0, 3, 4, 7, 8)] == [1, 1, 0, 0, 1]
