@@ -62,7 +62,8 @@ class Receiver:
         self.next_rqmsn = 0
         self.imm_ready: dict[int, tuple[int, int]] = {}
         self.last_oor_nack = -(1 << 62)
-        self.completions: list[tuple[int, str, int, int | None]] = []  # (time, kind, msn/rqmsn, imm)
+        # (time, kind, msn / rqmsn, imm, message bytes)
+        self.completions: list[tuple[int, str, int, int | None, int]] = []
         self.c = dict(
             rx_pkts=0,
             rx_bytes=0,
@@ -145,7 +146,7 @@ class Receiver:
             self.msg_imm[msn] = imm
         if got >= reth.dma_length:
             self.msg_bytes.pop(msn, None)
-            self._message_done(msn, meth.rqmsn, self.msg_imm.pop(msn, None), now)
+            self._message_done(msn, meth.rqmsn, self.msg_imm.pop(msn, None), now, reth.dma_length)
         else:
             self.msg_bytes[msn] = got
         self.unsacked_bytes += len(payload)
@@ -232,16 +233,16 @@ class Receiver:
         self.qp.send_control(ev >> 29, frame)
 
     # -- messages --------------------------------------------------------------------------------
-    def _message_done(self, msn: int, rqmsn16: int, imm, now: int) -> None:
+    def _message_done(self, msn: int, rqmsn16: int, imm, now: int, length: int = 0) -> None:
         self.complete.add(msn)
         self.qp.endpoint.message_placed(self.qp, msn, now)
-        self.completions.append((now, "write", msn, None))
+        self.completions.append((now, "write", msn, None, length))
         if imm is not None:
             rqmsn = unwrap(rqmsn16, self.next_rqmsn, 16)
-            self.imm_ready[rqmsn] = (msn, imm.imm)
+            self.imm_ready[rqmsn] = (msn, imm.imm, length)
             while self.next_rqmsn in self.imm_ready:
-                msn_i, value = self.imm_ready.pop(self.next_rqmsn)
-                self.completions.append((now, "recv_imm", self.next_rqmsn, value))
+                msn_i, value, size = self.imm_ready.pop(self.next_rqmsn)
+                self.completions.append((now, "recv_imm", self.next_rqmsn, value, size))
                 self.next_rqmsn += 1
         advanced = False
         while self.ack_msn + 1 in self.complete:

@@ -477,10 +477,17 @@ def nic_register_map(c: Capabilities | None = None) -> RegisterMap:
         regs = [
             R(
                 "STATUS",
-                "[0] 1: the staged record waits to be taken; [31:16] records taken (mod 2^16)",
+                "[0] 1: the staged record waits to be taken; [1] 1: the table can be read back; "
+                "[31:16] records taken (mod 2^16)",
                 access=RO,
             ),
-            R("COMMAND", "write 1: push the staged record into the table", 1, access=WO),
+            R(
+                "COMMAND",
+                "write 1: push the staged record into the table; write 2 (tables with STATUS[1]): read the "
+                "entry named by the key fields back into the field registers",
+                2,
+                access=WO,
+            ),
         ]
         regs += [R(_reg_name(f.path), f.doc, f.width, binding=f.path) for f in fields]
         blocks.append(Block(BlockType.TABLE, name, doc, regs, info=i, table=stream_name))

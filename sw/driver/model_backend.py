@@ -1,0 +1,452 @@
+"""The ``model`` backend: NICs made of the reference model (``mrcnic.model``) on the multi-plane fabric
+(``mrcnic.fabric``), behind the same registers and queues as the gateware (docs/registers.md,
+docs/host-interface.md). No RTL is involved: the driver, the CLI and their tests run in pure Python.
+
+:class:`ModelCluster` builds the fabric and one :class:`ModelDevice` per NIC; a device keeps the register
+values, its own host memory, and a model :class:`~mrcnic.model.endpoint.Endpoint`. Writes act as on the
+NIC: a TABLE block's COMMAND configures the endpoint (the route and address tables are kept but the model
+addresses packets from the fabric's topology), a send-queue doorbell reads WQEs from host memory and posts
+them, and the endpoint's ACKs and WRITE-with-immediate arrivals become CQEs written into host memory.
+Time passes only in :meth:`ModelDevice.idle` (the fabric's event loop runs).
+
+Limits of the model, not of the interface: the model answers no AETH NAK (an access error is dropped and
+counted, so the WRITE ends RETRY_EXCEEDED instead of REMOTE_ACCESS_ERROR) and does not check posted
+receives (a WRITE_IMM completes at the requester even without one; its RECV_IMM CQE waits for a receive).
+Counters the model does not keep read 0.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from ..fabric.topology import Fabric, FabricConfig
+from ..model.endpoint import Endpoint
+from ..model.ev import EvSlot
+from ..model.memory import MemoryRegion
+from ..regmap import (
+    CQE_BYTES,
+    HOST_COUNTERS,
+    WQE_BYTES,
+    Access,
+    BlockType,
+    Capabilities,
+    Cqe,
+    CqeKind,
+    CqeStatus,
+    Wqe,
+    WqeOpcode,
+    cqe_phase,
+    nic_register_map,
+)
+from .transport import Transport
+
+__all__ = ["ModelCluster", "ModelDevice", "host_of_gid"]
+
+GID_PREFIX = 0xFD00 << 112  # mrcnic.model.endpoint.gid(host) = prefix | (host + 1)
+CLOCK_PS = 4000  # the NOW register counts 250 MHz cycles
+
+
+def host_of_gid(gid: int) -> int | None:
+    if gid >> 112 != 0xFD00 or not 1 <= gid & 0xFFFF_FFFF <= 1 << 16:
+        return None
+    return (gid & 0xFFFF_FFFF) - 1
+
+
+class _HostRegion(MemoryRegion):
+    """A registered memory region whose placements land in the device's host memory."""
+
+    def __init__(self, device: ModelDevice, base: int, length: int):
+        super().__init__(base, length)
+        self.device = device
+
+    def write(self, va: int, data: bytes) -> None:
+        self.device.memory_store(va, data)
+        self.placed_bytes += len(data)
+
+
+class _HostSource:
+    """The payload of a WRITE, read from host memory when the model segments it (as the NIC's DMA does)."""
+
+    def __init__(self, device: ModelDevice, address: int):
+        self.device, self.address = device, address
+
+    def read(self, offset: int, length: int) -> bytes:
+        return self.device.memory_load(self.address + offset, length)
+
+
+class _QpContext:
+    def __init__(self):
+        self.tx: dict | None = None
+        self.rx: dict | None = None
+        self.slots: dict[int, int] = {}
+        self.reserve: dict[tuple[int, int], int] = {}
+        self.seed = 1
+        self.model = None  # mrcnic.model.endpoint.Qp once connected
+        self.error = False
+        self.sq_stopped = False
+        self.sq_consumer = 0
+        self.sq_completed = 0
+        self.rq_consumer = 0
+        self.posted: deque = deque()  # (sq index, msn) sent to the model, not yet completed
+        self.recv_seen = 0  # receiver completions already turned into CQEs
+
+
+class ModelDevice(Transport):
+    def __init__(self, cluster: ModelCluster, host: int, caps: Capabilities, memory_size: int):
+        self.cluster, self.host, self.caps = cluster, host, caps
+        self.map = nic_register_map(caps)
+        self.memory_base, self.memory_size = 0x1000, memory_size
+        self._memory = bytearray(memory_size)
+        self.values: dict[tuple[str, str], int] = {}
+        self.words: dict[int, tuple] = {}
+        for address, block, register, index in self.map.words():
+            self.words[address >> 2] = (block, register, index)
+            if register is not None:
+                self.values[(block.name, register.name)] = register.reset
+        fabric = cluster.fabric
+        params = cluster.fabric_config.params(
+            n_evs=caps.ev_slots, backup_evs=caps.backups, window=caps.window
+        )
+        self.endpoint = Endpoint(host, params, fabric.cfg.info(), fabric.hosts[host], seed=host + 1)
+        fabric.hosts[host].endpoint = self.endpoint
+        self.endpoint.on_message_acked = self._acked
+        self.qps = [_QpContext() for _ in range(caps.qps)]
+        self.cq_pending: deque[Cqe] = deque()
+        self.cq_producer = 0
+        self.table_taken: dict[str, int] = {}
+        self.host_counts = {name: 0 for name, _ in HOST_COUNTERS}
+
+    def describe(self) -> str:
+        return f"model NIC on host {self.host} of a {self.caps.planes}-plane fabric"
+
+    # -- host memory ------------------------------------------------------------------------------
+    def _span(self, address: int, length: int) -> slice:
+        start = address - self.memory_base
+        if start < 0 or start + length > self.memory_size:
+            raise ValueError(f"host memory access [{address:#x}, +{length}) outside the device's window")
+        return slice(start, start + length)
+
+    def memory_load(self, address: int, length: int) -> bytes:
+        return bytes(self._memory[self._span(address, length)])
+
+    def memory_store(self, address: int, data: bytes) -> None:
+        self._memory[self._span(address, len(data))] = data
+
+    async def mem_read(self, address: int, length: int) -> bytes:
+        return self.memory_load(address, length)
+
+    async def mem_write(self, address: int, data: bytes) -> None:
+        self.memory_store(address, data)
+
+    async def idle(self, ns: float) -> None:
+        self.cluster.run_for(ns)
+
+    # -- registers --------------------------------------------------------------------------------
+    async def read32(self, address: int) -> int:
+        entry = self.words.get(address >> 2)
+        if entry is None:
+            return 0
+        block, register, index = entry
+        if register is None:
+            return self.map.header(block)[index]
+        value = self._read_register(block, register)
+        return (value >> (32 * index)) & 0xFFFFFFFF
+
+    def _read_register(self, block, register) -> int:
+        name = register.name
+        if block.kind == BlockType.TABLE and name == "STATUS":
+            readable = block.name == "ev_slot"
+            return ((self.table_taken.get(block.name, 0) & 0xFFFF) << 16) | (int(readable) << 1)
+        if block.kind == BlockType.QP_QUEUES:
+            q = self.qps[block.info]
+            live = {
+                "SQ_CONSUMER": q.sq_consumer,
+                "SQ_COMPLETED": q.sq_completed,
+                "RQ_CONSUMER": q.rq_consumer,
+                "STATUS": int(q.error) | (int(q.sq_stopped) << 1),
+            }
+            if name in live:
+                return live[name] & 0xFFFF
+        if block.kind == BlockType.COMPLETION_QUEUE and name == "CQ_PRODUCER":
+            return self.cq_producer & 0xFFFF
+        if block.kind == BlockType.COUNTERS:
+            return self._counter(name.lower()) & 0xFFFFFFFF
+        if block.name == "nic_id" and name == "NOW":
+            return (self.cluster.now_ps // CLOCK_PS) & 0xFFFFFFFF
+        if register.access == Access.WO:
+            return 0
+        return self.values[(block.name, name)]
+
+    async def write32(self, address: int, value: int) -> None:
+        entry = self.words.get(address >> 2)
+        if entry is None or entry[1] is None:
+            return
+        block, register, index = entry
+        if register.access == Access.RO:
+            return
+        if register.access == Access.WO:
+            if block.kind == BlockType.TABLE and value & 3 == 1:
+                self._table(block)
+            elif block.name == "ev_slot" and value & 3 == 2:
+                self._read_ev_slot()
+            return
+        key = (block.name, register.name)
+        mask = ((1 << min(32, register.width - 32 * index)) - 1) << (32 * index)
+        self.values[key] = (self.values[key] & ~mask) | ((value << (32 * index)) & mask)
+        if block.kind == BlockType.QP_QUEUES and register.name in ("SQ_PRODUCER", "SQ_SIZE_LOG2"):
+            self._serve_sq(block.info)
+        elif block.kind == BlockType.QP_QUEUES and register.name == "RQ_PRODUCER":
+            self._deliver_receives(block.info)
+        elif block.kind == BlockType.COMPLETION_QUEUE:
+            self._flush_cq()
+        elif block.kind == BlockType.PORT and register.name == "LINK_UP":
+            self.endpoint.set_port(block.info, bool(self.values[key]))
+
+    # -- tables -----------------------------------------------------------------------------------
+    def _table(self, block) -> None:
+        self.table_taken[block.name] = self.table_taken.get(block.name, 0) + 1
+        f = {r.name: self.values[(block.name, r.name)] for r in block.registers if r.binding}
+        name = block.name
+        if name in ("tx_qp", "rx_qp", "connect", "ev_slot", "ev_reserve", "ev_seed"):
+            if f["QP"] >= self.caps.qps:
+                return
+            q = self.qps[f["QP"]]
+        if name == "tx_qp":
+            q.tx = f
+        elif name == "rx_qp":
+            q.rx = f
+        elif name == "ev_slot":
+            q.slots[f["SLOT"]] = f["EV"]
+        elif name == "ev_reserve":
+            q.reserve[(f["PLANE"], f["INDEX"])] = f["EV"] if f["VALID"] else None
+        elif name == "ev_seed":
+            q.seed = f["SEED"] or 1
+        elif name == "connect":
+            self._connect(f["QP"], f)
+        elif name == "mr":
+            regions = self.endpoint.regions
+            for rkey in [k for k in regions if k & 0xFF == f["INDEX"]]:
+                del regions[rkey]
+            if f["VALID"] and f["REMOTE_WRITE"]:
+                self.endpoint.register(f["RKEY"], _HostRegion(self, f["BASE"], f["LENGTH"]))
+        # route: kept in the registers; the model addresses packets from the fabric's topology
+
+    def _read_ev_slot(self) -> None:
+        """COMMAND = 2 on the ev_slot table: the slot named by QP and SLOT, read back into EV and STATE."""
+        qp, slot = self.values[("ev_slot", "QP")], self.values[("ev_slot", "SLOT")]
+        if qp >= self.caps.qps or slot >= self.caps.ev_slots:
+            return
+        q = self.qps[qp]
+        if q.model is not None:
+            entry = q.model.evs.slots[slot]
+            ev, state = entry.ev, 3 if entry.denied else 2 if entry.bad else 0
+        else:
+            ev, state = q.slots.get(slot, 0), 3  # unconfigured slots are DENIED
+        self.values[("ev_slot", "EV")], self.values[("ev_slot", "STATE")] = ev, state
+
+    def _connect(self, index: int, f: dict) -> None:
+        q = self.qps[index]
+        if q.tx is None or q.rx is None:
+            return
+        peer = host_of_gid(q.tx["PEER_GID"])
+        if peer is None:
+            return
+        qp = self.endpoint.create_qp(q.tx["QPN"], peer, q.tx["PEER_QPN"])
+        evs = qp.evs
+        for s in range(evs.n):
+            ev = q.slots.get(s)
+            if ev is not None:
+                evs.slots[s] = EvSlot(ev)
+        evs.by_ev = {slot.ev: i for i, slot in enumerate(evs.slots)}
+        evs.backups = [
+            [q.reserve[(p, i)] for i in range(self.caps.backups) if q.reserve.get((p, i)) is not None]
+            for p in range(self.caps.planes)
+        ]
+        qp.sender.next_psn = qp.sender.una = f["PSN"]
+        qp.receiver.cack = q.rx["INITIAL_PSN"] - 1
+        q.model, q.error = qp, False
+
+    # -- send queues ------------------------------------------------------------------------------
+    def _serve_sq(self, index: int) -> None:
+        q = self.qps[index]
+        block = f"qp{index}_queues"
+        log2 = self.values[(block, "SQ_SIZE_LOG2")]
+        if not log2 or q.sq_stopped:
+            return
+        producer = self.values[(block, "SQ_PRODUCER")]
+        ahead = (producer - q.sq_consumer) & 0xFFFF
+        if ahead > 1 << log2:
+            q.sq_stopped = True
+            self.host_counts["doorbell_overruns"] += 1
+            return
+        base = self.values[(block, "SQ_BASE")]
+        while (producer - q.sq_consumer) & 0xFFFF:
+            sq_index = q.sq_consumer & 0xFFFF
+            raw = self.memory_load(base + (q.sq_consumer % (1 << log2)) * WQE_BYTES, WQE_BYTES)
+            q.sq_consumer += 1
+            self.host_counts["wqes_fetched"] += 1
+            self._execute(index, sq_index, Wqe.decode(raw))
+
+    def _execute(self, index: int, sq_index: int, wqe: Wqe) -> None:
+        q = self.qps[index]
+        if q.error or q.model is None:
+            self.host_counts["flushed"] += 1
+            self._send_cqe(index, sq_index, CqeStatus.FLUSHED)
+            return
+        if wqe.opcode not in (WqeOpcode.WRITE, WqeOpcode.WRITE_IMM) or not 1 <= wqe.length <= 1 << 31:
+            self.host_counts["invalid_wqes"] += 1
+            self._fail(index, CqeStatus.INVALID_WQE, sq_index)
+            return
+        imm = wqe.imm if wqe.opcode == WqeOpcode.WRITE_IMM else None
+        msg = self.endpoint.post_write(
+            q.model.qpn,
+            wqe.remote_va,
+            wqe.rkey,
+            wqe.length,
+            _HostSource(self, wqe.local_addr),
+            imm,
+            wr_id=sq_index,
+            now=self.cluster.now_ps,
+        )
+        q.posted.append((sq_index, msg.msn))
+
+    def _acked(self, model_qp, msg, now: int) -> None:
+        index = next(i for i, q in enumerate(self.qps) if q.model is model_qp)
+        q = self.qps[index]
+        while q.posted and q.posted[0][1] <= msg.msn:
+            sq_index, msn = q.posted.popleft()
+            self._send_cqe(index, sq_index, CqeStatus.SUCCESS, msn)
+
+    def _fail(self, index: int, status: CqeStatus, sq_index: int | None = None) -> None:
+        """The QP goes to ERROR: the failing WQE gets ``status``, everything outstanding FLUSHED."""
+        q = self.qps[index]
+        q.error = True
+        first = True
+        while q.posted:
+            idx, msn = q.posted.popleft()
+            self._send_cqe(index, idx, status if first else CqeStatus.FLUSHED, msn)
+            self.host_counts["flushed"] += not first
+            first = False
+        if sq_index is not None:
+            self._send_cqe(index, sq_index, status if first else CqeStatus.FLUSHED)
+        if q.model is not None:
+            q.model.sender.pending.clear()
+
+    def _send_cqe(self, index: int, sq_index: int, status: CqeStatus, msn: int = 0) -> None:
+        self.qps[index].sq_completed += 1
+        self.cq_pending.append(Cqe(sq_index, CqeKind.SEND, status, index, msn=msn & 0xFFFF))
+        self._flush_cq()
+
+    # -- receives and the completion queue --------------------------------------------------------
+    def _deliver_receives(self, index: int) -> None:
+        q = self.qps[index]
+        if q.model is None:
+            return
+        posted = self.values[(f"qp{index}_queues", "RQ_PRODUCER")]
+        done = q.model.receiver.completions
+        while q.recv_seen < len(done):
+            entry = done[q.recv_seen]
+            if entry[1] != "recv_imm":
+                q.recv_seen += 1
+                continue
+            if not (posted - q.rq_consumer) & 0xFFFF:
+                break  # the model does not NAK a WRITE_IMM without a receive: it waits for one
+            _, _, rqmsn, imm, size = entry
+            rq_index = q.rq_consumer & 0xFFFF
+            q.rq_consumer += 1
+            q.recv_seen += 1
+            self.cq_pending.append(
+                Cqe(
+                    rq_index,
+                    CqeKind.RECV_IMM,
+                    CqeStatus.SUCCESS,
+                    index,
+                    msn=rqmsn & 0xFFFF,
+                    byte_len=size,
+                    imm=imm,
+                )
+            )
+        self._flush_cq()
+
+    def _flush_cq(self) -> None:
+        log2 = self.values[("cq", "CQ_SIZE_LOG2")]
+        if not log2:
+            return
+        base, consumer = self.values[("cq", "CQ_BASE")], self.values[("cq", "CQ_CONSUMER")]
+        while self.cq_pending:
+            if (self.cq_producer - consumer) & 0xFFFF >= 1 << log2:
+                self.host_counts["cq_full_stalls"] += 1
+                return
+            cqe = self.cq_pending.popleft()
+            cqe.phase = cqe_phase(self.cq_producer, log2)
+            self.memory_store(base + (self.cq_producer % (1 << log2)) * CQE_BYTES, cqe.encode())
+            self.cq_producer += 1
+            self.host_counts["cqes_written"] += 1
+
+    def step(self) -> None:
+        """After the fabric ran: errors of the model's senders, new receive completions."""
+        for index, q in enumerate(self.qps):
+            if q.model is None:
+                continue
+            if q.model.sender.error is not None and not q.error:
+                self._fail(index, CqeStatus.RETRY_EXCEEDED)
+            self._deliver_receives(index)
+
+    # -- counters ---------------------------------------------------------------------------------
+    def _counter(self, name: str) -> int:
+        if name.startswith("host_"):
+            return self.host_counts.get(name[5:], 0)
+        total = 0
+        for q in self.qps:
+            if q.model is None:
+                continue
+            s, r, evs = q.model.sender.c, q.model.receiver.c, q.model.evs
+            total += {
+                "tx_packets": s["tx_pkts"] + s["retx_pkts"],
+                "tx_probes": s["probes_sent"],
+                "tracker_timeouts": s["timeouts"],
+                "tracker_lost_time_rule": max(0, s["lost_pkts"] - s["timeouts"]),
+                "tracker_retransmit_requests": s["retx_pkts"],
+                "path_retired": evs.retired,
+                "path_restored": evs.restored,
+                "prober_answers": s["probe_ok"],
+                "prober_unanswered": s["probe_fail"],
+                "rx_placed": r["rx_pkts"],
+                "rx_placed_bytes": r["rx_bytes"],
+                "rx_duplicate": r["dups"],
+                "rx_trimmed": r["trimmed"],
+                "rx_psn_out_of_window": r["oor"],
+                "rx_access_error": r["bad_access"],
+                "rx_probes": r["probes"],
+                "rx_sacks": r["sacks"],
+                "rx_nacks": r["nacks"],
+                "rx_acks": r["acks"],
+            }.get(name, 0)
+        return total
+
+
+class ModelCluster:
+    """``nics`` model NICs on one fabric (default: 4 planes, 2 T0 and 2 T1 per plane, 4 hosts)."""
+
+    def __init__(
+        self, nics: int = 2, *, caps: Capabilities | None = None, memory_size: int = 16 << 20, **fabric
+    ):
+        self.caps = caps or Capabilities()
+        cfg = FabricConfig(planes=self.caps.planes, **{"hosts": max(4, nics), "radix": 4, **fabric})
+        self.fabric_config = cfg
+        self.fabric = Fabric(cfg)
+        # NIC 0 and NIC 1 on different T0s, so their paths cross the T1s
+        hosts = [0, cfg.radix // 2] + [h for h in range(cfg.hosts) if h not in (0, cfg.radix // 2)]
+        self.devices = [ModelDevice(self, hosts[i], self.caps, memory_size) for i in range(nics)]
+
+    @property
+    def now_ps(self) -> int:
+        return self.fabric.loop.now
+
+    def run_for(self, ns: float) -> None:
+        loop = self.fabric.loop
+        until = loop.now + max(1, round(ns * 1000))
+        loop.run(until=until)
+        loop.now = max(loop.now, until)
+        for device in self.devices:
+            device.step()

@@ -1,0 +1,154 @@
+"""Driver scenarios, written once and run against every backend (``test_driver.py``): each takes two
+opened transports of NICs on one fabric and a random generator, and drives them only through
+``mrcnic.driver`` (registers, rings in host memory, doorbells, completions)."""
+
+from __future__ import annotations
+
+import random
+
+from mrcnic import driver
+from mrcnic.driver import CqeKind, CqeStatus, EvProfile, PeerAddress, QpState
+from mrcnic.fabric.topology import LOCATOR
+from mrcnic.model.endpoint import gid
+from mrcnic.wire import RouteTemplate
+
+GUARD = 4096
+
+
+class Pair:
+    """Two opened NICs with one connected QP each (A sends to B)."""
+
+    def __init__(self, a, b, qa, qb, hosts, uplinks):
+        self.a, self.b, self.qa, self.qb = a, b, qa, qb
+        self.hosts, self.uplinks = hosts, uplinks
+
+
+async def open_pair(transports, hosts, *, uplinks: int, half: int, seed: int, connect=True) -> Pair:
+    """Open both NICs, give them addresses and routes to each other, and connect one QP on each."""
+    rng = random.Random(seed)
+    a = await driver.open(transports[0], cq_depth=64)
+    b = await driver.open(transports[1], cq_depth=64)
+    qa, qb = await a.create_qp(sq_depth=16), await b.create_qp(sq_depth=16)
+    for nic, me, peer in ((a, hosts[0], hosts[1]), (b, hosts[1], hosts[0])):
+        await nic.set_addresses(gid=gid(me))
+        await nic.set_route(0, RouteTemplate.for_clos(LOCATOR, me // half, peer // half, peer))
+    if connect:
+        psn_a, psn_b = rng.randrange(1 << 24), rng.randrange(1 << 24)
+        await qa.connect(
+            PeerAddress(gid(hosts[1]), qb.qpn, 0),
+            psn=psn_a,
+            peer_psn=psn_b,
+            profile=EvProfile.draw(a.caps, uplinks, seed + 1),
+        )
+        await qb.connect(
+            PeerAddress(gid(hosts[0]), qa.qpn, 0),
+            psn=psn_b,
+            peer_psn=psn_a,
+            profile=EvProfile.draw(b.caps, uplinks, seed + 2),
+        )
+    return Pair(a, b, qa, qb, hosts, uplinks)
+
+
+async def write_and_write_imm(pair: Pair, rng: random.Random, size: int = 96 * 1024, messages: int = 6):
+    """RDMA WRITEs, every third one with immediate data: byte-exact placement, untouched memory around it,
+    one SEND completion per WQE in order with its wr_id, one RECV_IMM completion per WRITE_IMM with its
+    immediate and length, counters."""
+    a, b, qa, qb = pair.a, pair.b, pair.qa, pair.qb
+    source = a.memory.allocate(size)
+    region = b.memory.allocate(size + 2 * GUARD)
+    data = rng.randbytes(size)
+    before = rng.randbytes(size + 2 * GUARD)
+    await a.t.mem_write(source, data)
+    await b.t.mem_write(region, before)
+    mr = await b.register_memory(region + GUARD, size)
+    chunk = size // messages
+    imms = {}
+    for i in range(messages):
+        length = chunk if i < messages - 1 else size - chunk * (messages - 1)
+        offset = i * chunk
+        if i % 3 == 2:
+            await qb.post_recv(wr_id=f"recv{i}")
+            imms[i] = rng.getrandbits(32)
+            await qa.post_write_imm(source + offset, mr.address + offset, mr.rkey, length, imms[i], wr_id=i)
+        else:
+            await qa.post_write(source + offset, mr.address + offset, mr.rkey, length, wr_id=i)
+    sent = await a.wait_completions(messages, timeout_ns=5e6)
+    assert [c.wr_id for c in sent] == list(range(messages)), sent
+    assert all(c.ok and c.kind == CqeKind.SEND and c.qp == qa.index for c in sent), sent
+    received = await b.wait_completions(len(imms), timeout_ns=1e6)
+    assert [(c.wr_id, c.imm, c.kind) for c in received] == [
+        (f"recv{i}", imms[i], CqeKind.RECV_IMM) for i in sorted(imms)
+    ], received
+    assert [c.byte_len for c in received] == [
+        chunk if i < messages - 1 else size - chunk * (messages - 1) for i in sorted(imms)
+    ]
+    assert await b.t.mem_read(mr.address, size) == data
+    assert await b.t.mem_read(region, GUARD) == before[:GUARD]
+    assert await b.t.mem_read(mr.address + size, GUARD) == before[GUARD + size :]
+    assert await a.poll_cq() == [] and await b.poll_cq() == []
+    counters = await b.counters()
+    assert counters["rx_placed_bytes"] == size, counters
+    assert (await a.counters())["host_cqes_written"] == messages
+    state = await a.queue_state(qa.index)
+    assert state["sq_consumer"] == state["sq_completed"] == messages and state["status"] == 0
+    return sent, received
+
+
+async def misuse(pair: Pair, rng: random.Random):
+    """Every misuse is refused by the driver with a clear message, before anything reaches the NIC."""
+    a, qa = pair.a, pair.qa
+    fresh = await a.create_qp(sq_depth=4)
+    cases = [
+        (fresh.post_write(0x1000, 0, 1, 64), driver.WrongQpState, "posting needs a connected QP"),
+        (qa.post_write(0x1000, 0, 1, 0), driver.InvalidParameter, "1 to 2^31 bytes"),
+        (qa.post_write(0x1000, 0, 1, (1 << 31) + 1), driver.InvalidParameter, "1 to 2^31 bytes"),
+        (qa.post_write_imm(0x1000, 0, 1, 8, 1 << 32), driver.InvalidParameter, "32-bit"),
+        (qa.post_write(-1, 0, 1, 8), driver.InvalidParameter, "local_addr"),
+        (qa.connect(PeerAddress(1, 2, 0), psn=0, peer_psn=0), driver.WrongQpState, "needs a QP in reset"),
+        (fresh.connect(PeerAddress(1, 2, 99), psn=0, peer_psn=0), driver.InvalidParameter, "route template"),
+        (fresh.connect(PeerAddress(1, 2, 0), psn=1 << 24, peer_psn=0), driver.InvalidParameter, "24-bit PSN"),
+        (fresh.connect(PeerAddress(1, 2, 0), psn=0, peer_psn=0), driver.WrongQpState, "no EV profile"),
+        (a.create_qp(sq_depth=3), driver.InvalidParameter, "power of two"),
+        (a.register_memory(0, 0), driver.InvalidParameter, "empty"),
+        (fresh.set_ev_profile(EvProfile([0] * a.caps.ev_slots, [], 1)), driver.InvalidParameter, "plane"),
+    ]
+    for coroutine, error, text in cases:
+        try:
+            await coroutine
+        except error as e:
+            assert text in str(e), (text, str(e))
+        else:
+            raise AssertionError(f"no {error.__name__} ({text})")
+    # The send queue holds its depth of WQEs; one more is refused until completions free a slot.
+    source = a.memory.allocate(64)
+    for i in range(qa.sq_depth):
+        await qa.post_write(source, 0x1000, 0x5A00, 64, wr_id=i)  # a bad R_Key: they fail at the peer
+    try:
+        await qa.post_write(source, 0x1000, 0x5A00, 64)
+    except driver.QueueFull as e:
+        assert "send queue full" in str(e)
+    else:
+        raise AssertionError("no QueueFull")
+
+
+async def peer_stops_answering(pair: Pair, rng: random.Random, retry_ns: float):
+    """A peer that never answers (B has no such QP): the first WQE completes RETRY_EXCEEDED, the others
+    FLUSHED, the QP is in error, and later posts are refused."""
+    a, qa = pair.a, pair.qa
+    source = a.memory.allocate(4096)
+    for i in range(3):
+        await qa.post_write(source, 0x2000, 0x5A01, 1024, wr_id=i)
+    done = await a.wait_completions(3, timeout_ns=retry_ns)
+    assert [(c.wr_id, c.status) for c in done] == [
+        (0, CqeStatus.RETRY_EXCEEDED),
+        (1, CqeStatus.FLUSHED),
+        (2, CqeStatus.FLUSHED),
+    ], done
+    assert qa.state == QpState.ERROR
+    assert (await a.queue_state(qa.index))["status"] & 1
+    try:
+        await qa.post_write(source, 0x2000, 0x5A01, 8)
+    except driver.WrongQpState as e:
+        assert "error" in str(e)
+    else:
+        raise AssertionError("posting on a QP in error was accepted")
