@@ -151,7 +151,7 @@ class MrcNic(wiring.Component):
             "send_error": Out(tracker_ports["error"].signature),
             "receive_completion": Out(rx_ports["receive_completion"].signature),
             "qp_error": Out(qps),
-            # every EV state-machine decision (the path selector's ``trace``): event log and scoreboard
+            # every EV state-machine decision (the path selector's ``decision``): event log, scoreboard
             "path_trace": Out(tx_ports["path_trace"].shape),
             "path_trace_valid": Out(1),
             "cwnd": Out(data.ArrayLayout(32, qps)),

@@ -30,7 +30,7 @@ Members (Q = ``qps``, N = ``ev_slots``, P = ``planes``, B = ``backups``):
 * ``watch``: Out, :func:`watch_layout` ``{qp, target, ev, start}``, to the prober: ``start`` = 1: probe
   ``target`` for ``ev`` from now on (the prober's ``watch``); ``start`` = 0: stop probing ``target``
   (the prober's ``unwatch``; ``ev`` is the EV that was probed there). Records leave in decision order.
-* ``trace`` / ``trace_valid``: Out, :func:`trace_layout` ``{qp, target, ev, event, outcome, new_ev,
+* ``decision`` / ``decision_valid``: Out, :func:`trace_layout` ``{qp, target, ev, event, outcome, new_ev,
   plane_up}``, valid for the one cycle in which a feedback event is decided (a strobe: nothing waits for
   it, at most one record per cycle): what the EV state machine did
   with it (:class:`TraceOutcome`; ``new_ev`` = the backup EV that took the slot on ``REPLACED``;
@@ -171,7 +171,7 @@ class ReserveState(enum.Enum, shape=2):
 
 
 class TraceOutcome(enum.Enum, shape=3):
-    """What the EV state machine did with one feedback event (``trace``)."""
+    """What the EV state machine did with one feedback event (``decision``)."""
 
     UNCHANGED = 0  # the target holds the EV but the event does not apply in its state (§6.4, §6.5)
     SKIP = 1  # ECN / TRIM on a GOOD slot: skip counter raised (saturating)
@@ -278,8 +278,8 @@ class PathSelector(wiring.Component):
             "response": Out(stream.Signature(response_layout(qps, ev_slots, planes))),
             "feedback": In(stream.Signature(feedback_layout(qps, ev_slots))),
             "watch": Out(stream.Signature(watch_layout(qps, ev_slots))),
-            "trace": Out(trace_layout(qps, ev_slots, planes)),
-            "trace_valid": Out(1),
+            "decision": Out(trace_layout(qps, ev_slots, planes)),
+            "decision_valid": Out(1),
             "plane_ready": In(planes, init=(1 << planes) - 1),
             "plane_up": In(planes, init=(1 << planes) - 1),
             "min_active": In(range(ev_slots + 1), init=ev_slots // 4),
@@ -576,9 +576,9 @@ class PathSelector(wiring.Component):
                 inc, dec = Signal(), Signal()  # GOOD count of (op_qp, plane) +1 / -1
                 m.d.comb += wr.addr.eq(Cat(u_slot[:slot_bits], op_qp))
                 m.d.comb += g_plane.eq(plane)
-                trace = self.trace
+                trace = self.decision
                 m.d.comb += [
-                    self.trace_valid.eq(~u_config),
+                    self.decision_valid.eq(~u_config),
                     trace.qp.eq(op_qp),
                     trace.target.eq(u_slot),
                     trace.ev.eq(u_ev),

@@ -15,7 +15,7 @@ This is the data path. The closed loop around it (``mrcnic.hdl.nic``) drives ``r
 ``psn_limit`` from the TX tracker, ``cwnd_open`` from the congestion controller, ``probe`` from the
 prober, and ``feedback`` (path events) from the tracker and the prober; ``sent`` reports every data packet
 to the tracker, ``watch`` the EVs to probe to the prober, ``path_trace`` every EV state-machine decision
-(the path selector's ``trace``). Until the host interface exists (issue 7),
+(the path selector's ``decision``). Until the host interface exists (issue 7),
 configuration enters through the ``*_configure`` streams and the register inputs.
 """
 
@@ -93,7 +93,7 @@ class TxPipeline(wiring.Component):
             "feedback": In(stream.Signature(feedback_layout(qps, ev_slots))),
             "reserve_configure": In(path_ports["reserve_configure"].signature.flip()),
             "watch": Out(path_ports["watch"].signature),
-            "path_trace": Out(path_ports["trace"].shape),
+            "path_trace": Out(path_ports["decision"].shape),
             "path_trace_valid": Out(1),
             "sequence_configure": In(
                 stream.Signature(data.StructLayout({"qp": bits_for(qps), "psn": 24, "msn": 16, "rqmsn": 16}))
@@ -158,7 +158,7 @@ class TxPipeline(wiring.Component):
         wiring.connect(m, rtx.descriptor, sch.retransmit)
         wiring.connect(m, wiring.flipped(self.reserve_configure), paths.reserve_configure)
         wiring.connect(m, wiring.flipped(self.watch), paths.watch)
-        m.d.comb += [self.path_trace.eq(paths.trace), self.path_trace_valid.eq(paths.trace_valid)]
+        m.d.comb += [self.path_trace.eq(paths.decision), self.path_trace_valid.eq(paths.decision_valid)]
         wiring.connect(m, wiring.flipped(self.ev_configure), paths.configure)
         wiring.connect(m, wiring.flipped(self.ev_seed), paths.seed)
         wiring.connect(m, wiring.flipped(self.feedback), paths.feedback)

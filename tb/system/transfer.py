@@ -41,7 +41,8 @@ class TransferResult:
     goodput_bps: float = 0.0
     goodput_fraction: float = 0.0
     data_frames: int = 0
-    retx_frames: int = 0
+    retx_frames: int = 0  # data frames with BTH.RTX, ACK-watchdog resends included
+    ack_request_frames: int = 0  # of which the ACK watchdog's resends (§7.4: a transport ACK was lost)
     plane_frames: list = field(default_factory=list)
     counters: dict = field(default_factory=dict)
     peer_counters: dict = field(default_factory=dict)
@@ -135,6 +136,7 @@ class Transfer:
         r.lost_frames = r.data_frames - sum(1 for arrival in r.arrivals if not arrival[4])
         r.counters = a.counters()
         r.peer_counters = b.counters()
+        r.ack_request_frames = r.counters["ack_watchdog_ack_requests"]
         for nic, counters in ((a, r.counters), (b, r.peer_counters)):
             nic.paths.check_counters(counters)
             nic.receive_model.check(counters, nic.ram.read)
@@ -156,7 +158,8 @@ def describe(r: TransferResult) -> str:
     return (
         f"{r.size} B in {r.messages} messages: verified={r.data_verified} "
         f"goodput {r.goodput_bps / 1e9:.2f} Gb/s = {r.goodput_fraction:.3f} of the limit, "
-        f"{r.data_frames} data frames ({r.lost_frames} lost, {r.retx_frames} retransmitted), "
+        f"{r.data_frames} data frames ({r.lost_frames} lost, {r.retx_frames} retransmitted, of which "
+        f"{r.ack_request_frames} ACK requests), "
         f"plane share [{share}], "
         f"{(r.end_ps - r.start_ps) / 1e6:.1f} us simulated, {r.sim_cycles_per_s:.0f} cycles/s; "
         f"model checks {r.model_checks}, {len(r.model_mismatches)} mismatches"

@@ -396,7 +396,7 @@ def test_against_reference(n, planes, backups, requests):
 
     async def monitor(ctx):
         sigs = [sig for _, s in streams for sig in (s.valid, s.ready, s.payload)]
-        sigs += [dut.trace_valid, dut.trace]
+        sigs += [dut.decision_valid, dut.decision]
         sigs += [dut.plane_ready, dut.plane_up, dut.min_active]
         async for _, _, *v in ctx.tick().sample(*sigs):
             for i, (kind, _) in enumerate(streams):
