@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .driver.cli import add_driver_parsers
 from .fabric.cli import add_sim_parser
 
 __all__ = ["main"]
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("pcap")
     show.set_defaults(func=_wire_decode)
     add_sim_parser(sub)  # mrcnic sim
+    add_driver_parsers(sub)  # mrcnic info / counters / qp list / paths
     return parser
 
 

@@ -8,9 +8,7 @@ import random
 
 from mrcnic import driver
 from mrcnic.driver import CqeKind, CqeStatus, EvProfile, PeerAddress, QpState
-from mrcnic.fabric.topology import LOCATOR
-from mrcnic.model.endpoint import gid
-from mrcnic.wire import RouteTemplate
+from mrcnic.driver.fabric_setup import connect_over_fabric
 
 GUARD = 4096
 
@@ -23,29 +21,11 @@ class Pair:
         self.hosts, self.uplinks = hosts, uplinks
 
 
-async def open_pair(transports, hosts, *, uplinks: int, half: int, seed: int, connect=True) -> Pair:
+async def open_pair(transports, hosts, *, uplinks: int, half: int, seed: int) -> Pair:
     """Open both NICs, give them addresses and routes to each other, and connect one QP on each."""
-    rng = random.Random(seed)
     a = await driver.open(transports[0], cq_depth=64)
     b = await driver.open(transports[1], cq_depth=64)
-    qa, qb = await a.create_qp(sq_depth=16), await b.create_qp(sq_depth=16)
-    for nic, me, peer in ((a, hosts[0], hosts[1]), (b, hosts[1], hosts[0])):
-        await nic.set_addresses(gid=gid(me))
-        await nic.set_route(0, RouteTemplate.for_clos(LOCATOR, me // half, peer // half, peer))
-    if connect:
-        psn_a, psn_b = rng.randrange(1 << 24), rng.randrange(1 << 24)
-        await qa.connect(
-            PeerAddress(gid(hosts[1]), qb.qpn, 0),
-            psn=psn_a,
-            peer_psn=psn_b,
-            profile=EvProfile.draw(a.caps, uplinks, seed + 1),
-        )
-        await qb.connect(
-            PeerAddress(gid(hosts[0]), qa.qpn, 0),
-            psn=psn_b,
-            peer_psn=psn_a,
-            profile=EvProfile.draw(b.caps, uplinks, seed + 2),
-        )
+    qa, qb = await connect_over_fabric(a, b, tuple(hosts), uplinks=uplinks, hosts_per_t0=half, seed=seed)
     return Pair(a, b, qa, qb, hosts, uplinks)
 
 

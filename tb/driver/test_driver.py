@@ -20,12 +20,12 @@ def new_seed() -> int:
     return seed
 
 
-def model_pair(seed, connect=True):
+def model_pair(seed):
     cluster = ModelCluster(2, link_rate_bps=10_000_000_000, link_delay_ps=200_000)
     cfg = cluster.fabric_config
     hosts = [d.host for d in cluster.devices]
     return cluster, scenarios.open_pair(
-        cluster.devices, hosts, uplinks=cfg.t1_count, half=cfg.half, seed=seed, connect=connect
+        cluster.devices, hosts, uplinks=cfg.t1_count, half=cfg.half, seed=seed
     )
 
 
