@@ -9,10 +9,8 @@ addresses packets from the fabric's topology), a send-queue doorbell reads WQEs 
 them, and the endpoint's ACKs and WRITE-with-immediate arrivals become CQEs written into host memory.
 Time passes only in :meth:`ModelDevice.idle` (the fabric's event loop runs).
 
-Limits of the model, not of the interface: the model answers no AETH NAK (an access error is dropped and
-counted, so the WRITE ends RETRY_EXCEEDED instead of REMOTE_ACCESS_ERROR) and does not check posted
-receives (a WRITE_IMM completes at the requester even without one; its RECV_IMM CQE waits for a receive).
-Counters the model does not keep read 0.
+Limits of the model, not of the interface: memory regions have no protection domain or rights check
+(an MR without remote write is simply not registered), and counters the model does not keep read 0.
 """
 
 from __future__ import annotations
@@ -42,6 +40,15 @@ from .transport import Transport
 
 __all__ = ["ModelCluster", "ModelDevice", "host_of_gid"]
 
+# the model's message status -> CQE status
+_STATUS = {
+    "ok": CqeStatus.SUCCESS,
+    "invalid_request": CqeStatus.REMOTE_INVALID_REQUEST,
+    "remote_access": CqeStatus.REMOTE_ACCESS_ERROR,
+    "remote_operation": CqeStatus.REMOTE_OPERATION_ERROR,
+    "flushed": CqeStatus.FLUSHED,
+    "retry_exceeded": CqeStatus.RETRY_EXCEEDED,
+}
 GID_PREFIX = 0xFD00 << 112  # mrcnic.model.endpoint.gid(host) = prefix | (host + 1)
 CLOCK_PS = 4000  # the NOW register counts 250 MHz cycles
 
@@ -89,6 +96,7 @@ class _QpContext:
         self.rq_consumer = 0
         self.posted: deque = deque()  # (sq index, msn) sent to the model, not yet completed
         self.recv_seen = 0  # receiver completions already turned into CQEs
+        self.receives_posted = 0  # RQ_PRODUCER as handed to the model
 
 
 class ModelDevice(Transport):
@@ -109,7 +117,8 @@ class ModelDevice(Transport):
         )
         self.endpoint = Endpoint(host, params, fabric.cfg.info(), fabric.hosts[host], seed=host + 1)
         fabric.hosts[host].endpoint = self.endpoint
-        self.endpoint.on_message_acked = self._acked
+        self.endpoint.on_message_acked = self._message_done
+        self.endpoint.on_message_failed = self._message_done
         self.qps = [_QpContext() for _ in range(caps.qps)]
         self.cq_pending: deque[Cqe] = deque()
         self.cq_producer = 0
@@ -264,6 +273,7 @@ class ModelDevice(Transport):
         ]
         qp.sender.next_psn = qp.sender.una = f["PSN"]
         qp.receiver.cack = q.rx["INITIAL_PSN"] - 1
+        qp.receiver.post_receive(0)  # the NIC checks posted receives (those posted before: next step)
         q.model, q.error = qp, False
 
     # -- send queues ------------------------------------------------------------------------------
@@ -310,12 +320,16 @@ class ModelDevice(Transport):
         )
         q.posted.append((sq_index, msg.msn))
 
-    def _acked(self, model_qp, msg, now: int) -> None:
+    def _message_done(self, model_qp, msg, now: int) -> None:
+        """The model completed a message (in MSN order): its WQE's CQE, with the model's status."""
         index = next(i for i, q in enumerate(self.qps) if q.model is model_qp)
         q = self.qps[index]
-        while q.posted and q.posted[0][1] <= msg.msn:
-            sq_index, msn = q.posted.popleft()
-            self._send_cqe(index, sq_index, CqeStatus.SUCCESS, msn)
+        sq_index, msn = q.posted.popleft()
+        status = _STATUS[msg.status]
+        if status != CqeStatus.SUCCESS:
+            q.error = True
+            self.host_counts["flushed"] += status == CqeStatus.FLUSHED
+        self._send_cqe(index, sq_index, status, msn)
 
     def _fail(self, index: int, status: CqeStatus, sq_index: int | None = None) -> None:
         """The QP goes to ERROR: the failing WQE gets ``status``, everything outstanding FLUSHED."""
@@ -343,18 +357,19 @@ class ModelDevice(Transport):
         if q.model is None:
             return
         posted = self.values[(f"qp{index}_queues", "RQ_PRODUCER")]
+        new = (posted - q.receives_posted) & 0xFFFF
+        if new:
+            q.model.receiver.post_receive(new)  # from now on a WRITE_IMM without a receive is NAKed
+            q.receives_posted = posted
         done = q.model.receiver.completions
         while q.recv_seen < len(done):
             entry = done[q.recv_seen]
+            q.recv_seen += 1
             if entry[1] != "recv_imm":
-                q.recv_seen += 1
-                continue
-            if not (posted - q.rq_consumer) & 0xFFFF:
-                break  # the model does not NAK a WRITE_IMM without a receive: it waits for one
+                continue  # a plain WRITE, or a failed message (NAKed: no receive completion, §7.6)
             _, _, rqmsn, imm, size = entry
             rq_index = q.rq_consumer & 0xFFFF
             q.rq_consumer += 1
-            q.recv_seen += 1
             self.cq_pending.append(
                 Cqe(
                     rq_index,
@@ -384,12 +399,8 @@ class ModelDevice(Transport):
             self.host_counts["cqes_written"] += 1
 
     def step(self) -> None:
-        """After the fabric ran: errors of the model's senders, new receive completions."""
-        for index, q in enumerate(self.qps):
-            if q.model is None:
-                continue
-            if q.model.sender.error is not None and not q.error:
-                self._fail(index, CqeStatus.RETRY_EXCEEDED)
+        """After the fabric ran: new receive completions."""
+        for index in range(len(self.qps)):
             self._deliver_receives(index)
 
     # -- counters ---------------------------------------------------------------------------------
@@ -417,6 +428,8 @@ class ModelDevice(Transport):
                 "rx_trimmed": r["trimmed"],
                 "rx_psn_out_of_window": r["oor"],
                 "rx_access_error": r["bad_access"],
+                "rx_invalid_request": r.get("invalid_request", 0),
+                "rx_naks": r.get("naks", 0),
                 "rx_probes": r["probes"],
                 "rx_sacks": r["sacks"],
                 "rx_nacks": r["nacks"],

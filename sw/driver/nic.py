@@ -272,15 +272,18 @@ class Qp:
         psn: int,
         peer_psn: int,
         pd: int = 1,
-        pmtu: int = 4096,
+        pmtu: int | None = None,
         profile: EvProfile | None = None,
     ) -> None:
-        """Connect to ``peer``: ``psn`` is our first PSN, ``peer_psn`` the peer's (both ends must agree)."""
+        """Connect to ``peer``: ``psn`` is our first PSN, ``peer_psn`` the peer's (both ends must agree);
+        ``pmtu``: the path MTU, by default the NIC's PMTU_LOG2 register."""
         caps, regs = self.nic.caps, self.nic.regs
         if self.state != QpState.RESET:
             raise WrongQpState(f"QP {self.index} is {self.state.value}: connect needs a QP in reset")
         if not 0 <= peer.dest < caps.destinations:
             raise InvalidParameter(f"route template {peer.dest} outside 0..{caps.destinations - 1}")
+        if pmtu is None:  # the NIC's path MTU (both ends must agree on it)
+            pmtu = 1 << await regs.read("transport", "PMTU_LOG2")
         if pmtu not in (256, 512, 1024, 2048, 4096):
             raise InvalidParameter(f"PMTU {pmtu}: one of 256, 512, 1024, 2048, 4096")
         for name, value in (("psn", psn), ("peer_psn", peer_psn)):
@@ -439,6 +442,21 @@ class Nic:
             ):
                 if value is not None:
                     await self.regs.write(f"port{p}", reg, value[p])
+
+    TUNABLE_BLOCKS = ("transport", "reliability", "paths", "congestion")
+
+    async def set_parameters(self, **values: int) -> None:
+        """Set NIC parameters by register name, e.g. ``rto_cycles=4000, cc_max_cwnd=65536`` (the registers
+        of the transport, reliability, paths and congestion blocks: docs/registers.md)."""
+        where = {}
+        for name in self.TUNABLE_BLOCKS:
+            block, _ = self.regs.block(name)
+            for r in block.registers:
+                where[r.name.lower()] = name
+        for key, value in values.items():
+            if key not in where:
+                raise InvalidParameter(f"no NIC parameter {key!r}; known: {', '.join(sorted(where))}")
+            await self.regs.write(where[key], key.upper(), int(value))
 
     async def set_route(self, dest: int, template: RouteTemplate) -> None:
         if not 0 <= dest < self.caps.destinations:

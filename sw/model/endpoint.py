@@ -8,6 +8,19 @@ The endpoint is driven by its environment (the fabric simulator, or a test harne
 and it calls back ``nic.schedule(time, fn, *args)`` (``fn(now, *args)`` runs at ``time``),
 ``nic.send_control(plane, frame)`` (control/probe frames, priority queue of the port) and ``nic.wake()``
 (data may be ready). Times are integer picoseconds.
+
+A host layer learns of completions through the endpoint's callbacks (each None by default):
+
+* ``on_message_placed(qp, msn, now)``: the responder completed message ``msn`` without error (placed);
+* ``on_message_acked(qp, message, now)``: the requester got the transport ACK for ``message``
+  (``message.status == "ok"``);
+* ``on_message_failed(qp, message, now)``: a requester's message completed with an error,
+  ``message.status`` one of "invalid_request", "remote_access", "remote_operation" (a NAK for it),
+  "flushed" (a NAK or retry exhaustion of an earlier message) or "retry_exceeded"; the QP is then in
+  error (``qp.sender.error``). Messages complete in MSN order, each exactly once, through one of the two.
+
+Responder-side receive completions are in ``qp.receiver.completions``; ``post_receive(qpn, count)`` posts
+receive WRs (once called, a WRITE_IMM without one is NAKed, docs/protocol.md §7.5 row 11).
 """
 
 from __future__ import annotations
@@ -66,7 +79,7 @@ class Qp:
         )
         self.cc = Nscc(p)
         self.sender = Sender(self, p, self.evs, self.cc)
-        self.receiver = Receiver(self, p)
+        self.receiver = Receiver(self, p, pmtu=p.mtu)
         me = endpoint.host
         self.template = RouteTemplate.for_clos(info.locator, info.t0_of(me), info.t0_of(peer_host), peer_host)
         self._addr: dict[int, Addressing] = {}
@@ -143,6 +156,7 @@ class Endpoint(PlanePorts):
         self._rr_pos = 0
         self.on_message_placed = None  # callback(qp, msn, now): responder placed a whole message
         self.on_message_acked = None  # callback(qp, message, now): requester got the transport ACK
+        self.on_message_failed = None  # callback(qp, message, now): message.status says why (a NAK, ...)
         self.dropped = 0
         self.port_up = (1 << info.planes) - 1
 
@@ -171,9 +185,17 @@ class Endpoint(PlanePorts):
         self.nic.wake()
         return msg
 
+    def post_receive(self, qpn: int, count: int = 1) -> None:
+        """``count`` receive WRs posted on QP ``qpn`` (consumed by WRITE_IMM messages, §7.6)."""
+        self.qps[qpn].receiver.post_receive(count)
+
     def message_acked(self, qp: Qp, msg, now: int) -> None:
         if self.on_message_acked is not None:
             self.on_message_acked(qp, msg, now)
+
+    def message_failed(self, qp: Qp, msg, now: int) -> None:
+        if self.on_message_failed is not None:
+            self.on_message_failed(qp, msg, now)
 
     # -- datapath --------------------------------------------------------------------------------
     def on_frame(self, frame, plane: int, now: int) -> None:
@@ -191,7 +213,8 @@ class Endpoint(PlanePorts):
             qp.sender.on_nack(frame, now)
             self.nic.wake()
         elif op == Opcode.ACK:
-            qp.sender.on_ack(frame.ext[0].msn, now)
+            aeth = frame.ext[0]
+            qp.sender.on_ack(aeth.msn, now, aeth.syndrome)
         elif op == Opcode.PROBE:
             if not frame.trimmed:
                 qp.receiver.on_probe(frame, now)

@@ -7,6 +7,14 @@ checked on a send-ordered queue of (send time, psn, transmission number), so eac
 Retransmissions go first, never on the previous EV; a PSN may be declared lost (time rule or timeout)
 ``retry_budget`` times, the next loss puts the QP in the error state (trim NACKs prove the path alive and do
 not count). New data needs ``psn <= una - 1 + window`` and ``inflight + pkt <= cwnd``.
+
+Completions (docs/protocol.md §7.4): a message completes only on a transport ACK (AETH). An ACK for MSN m
+completes every message up to m with ``Message.status`` "ok" (endpoint callback ``message_acked``). A NAK
+for m completes the messages before m "ok", m with the status named by the syndrome ("invalid_request",
+"remote_access", "remote_operation") and every later one "flushed" (callback ``message_failed``), and
+puts the QP in error (``error`` set, nothing more sent). Retry exhaustion (a PSN lost once more than the
+budget allows, or ``retry_budget`` unanswered requests for a missing AETH) completes the oldest outstanding
+message "retry_exceeded" and the rest "flushed", the same way.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from __future__ import annotations
 from collections import deque
 
 from ..wire import (
+    AethSyndrome,
     CcState,
     Dscp,
     Ecn,
@@ -30,9 +39,17 @@ from .ev import EvTable
 from .nscc import Nscc
 from .params import Params
 
-__all__ = ["Message", "Sender", "TxEntry", "unwrap"]
+__all__ = ["MESSAGE_STATUSES", "Message", "Sender", "TxEntry", "unwrap"]
 
 PSN_MOD = 1 << 24
+
+# Message.status once the message has completed (None before)
+MESSAGE_STATUSES = ("ok", "invalid_request", "remote_access", "remote_operation", "flushed", "retry_exceeded")
+_NAK_STATUS = {
+    AethSyndrome.NAK_INVALID_REQUEST: "invalid_request",
+    AethSyndrome.NAK_REMOTE_ACCESS: "remote_access",
+    AethSyndrome.NAK_REMOTE_OPERATION: "remote_operation",
+}
 
 
 def unwrap(value: int, reference: int, bits: int = 24) -> int:
@@ -49,6 +66,9 @@ def ts128(now_ps: int) -> int:
 
 
 class Message:
+    """One posted WRITE. ``status`` is None until it completes, then one of :data:`MESSAGE_STATUSES`;
+    ``done_at`` is the completion time."""
+
     __slots__ = (
         "done_at",
         "first_psn",
@@ -60,6 +80,7 @@ class Message:
         "rkey",
         "rqmsn",
         "source",
+        "status",
         "va",
         "wr_id",
     )
@@ -77,6 +98,7 @@ class Message:
         self.first_psn = -1
         self.last_psn = -1
         self.done_at = None
+        self.status: str | None = None
 
 
 class TxEntry:
@@ -136,10 +158,11 @@ class Sender:
         self.ack_wait_since: int | None = None  # last progress (SACK releasing data, or an ACK)
         self.ack_timer_armed = False
         self.ack_probe: Message | None = None  # message whose last packet is resent to ask for the ACK
+        self.ack_requests = 0  # ACK requests since the last transport ACK that advanced
         self.probes: dict[int, list] = {}  # ev -> [interval, successes, outstanding id, generation]
         self.probe_id = 0
         self.retire_log: list[tuple[int, int]] = []  # (time, EV) of every retirement
-        self.completions: list[tuple[int, Message]] = []
+        self.completions: list[tuple[int, Message]] = []  # every completed message, any status
         # counters
         self.c = dict(
             tx_pkts=0,
@@ -157,6 +180,10 @@ class Sender:
             probe_ok=0,
             probe_fail=0,
             sacks=0,
+            acks=0,
+            naks=0,
+            ack_requests=0,
+            bad_feedback=0,  # AETH msn beyond the last posted MSN (§7.5 row 13)
         )
 
     # -- API ---------------------------------------------------------------------------------------
@@ -204,7 +231,7 @@ class Sender:
                 return None
             retx.popleft()
             if e.losses > self.p.retry_budget:
-                self.error = f"retry budget exhausted on PSN {e.psn}"
+                self._fail("retry_exceeded", now, f"retry_exceeded: retry budget exhausted on PSN {e.psn}")
                 return None
             e.lost = False
             self.c["retx_pkts"] += 1
@@ -382,17 +409,57 @@ class Sender:
                 self._mark_lost(e, neth.entropy)
                 self.qp.wake()
 
-    def on_ack(self, msn24: int, now: int) -> None:
-        msn = unwrap(msn24, self.acked_msn, 24)
-        if msn <= self.acked_msn:
+    def on_ack(self, msn16: int, now: int, syndrome: int = AethSyndrome.ACK) -> None:
+        """A transport ACK (AETH ``syndrome``, ``msn``; only its low 16 bits count, §7.4)."""
+        if self.error is not None:
             return
-        self.acked_msn = msn
-        while self.unacked_msgs and self.unacked_msgs[0].msn <= msn:
-            msg = self.unacked_msgs.popleft()
-            msg.done_at = now
-            self.completions.append((now, msg))
+        msn = unwrap(msn16 & 0xFFFF, self.acked_msn + 1, 16)
+        if msn >= self.next_msn:  # beyond the last posted MSN
+            self.c["bad_feedback"] += 1
+            return
+        if syndrome >> 5 == 0:  # ACK (IBTA syndrome type 000)
+            self.c["acks"] += 1
+            if msn <= self.acked_msn:
+                return
+            self.acked_msn = msn
+            self.ack_requests = 0
+            while self.unacked_msgs and self.unacked_msgs[0].msn <= msn:
+                self._finish(self.unacked_msgs.popleft(), "ok", now)
+            self.ack_wait_since = now
+            return
+        self.c["naks"] += 1
+        if msn <= self.acked_msn:
+            self.c["bad_feedback"] += 1  # a NAK for a message that already succeeded
+            return
+        while self.unacked_msgs and self.unacked_msgs[0].msn < msn:
+            self._finish(self.unacked_msgs.popleft(), "ok", now)
+        self.acked_msn = msn - 1
+        status = _NAK_STATUS.get(syndrome, "remote_operation")
+        self._fail(status, now, f"{status}: the responder NAKed MSN {msn} (AETH syndrome {syndrome:#04x})")
+
+    def _finish(self, msg: Message, status: str, now: int) -> None:
+        msg.status = status
+        msg.done_at = now
+        self.completions.append((now, msg))
+        if status == "ok":
             self.qp.endpoint.message_acked(self.qp, msg, now)
-        self.ack_wait_since = now
+        else:
+            self.qp.endpoint.message_failed(self.qp, msg, now)
+
+    def _fail(self, status: str, now: int, reason: str) -> None:
+        """QP to ERROR: the oldest outstanding message completes with ``status``, the rest "flushed"."""
+        if self.error is not None:
+            return
+        self.error = reason
+        segmenting = {id(m) for m in self.unacked_msgs}  # pending[0] may be both
+        msgs = list(self.unacked_msgs) + [m for m in self.pending if id(m) not in segmenting]
+        self.unacked_msgs.clear()
+        self.pending.clear()
+        self.seg_offset = 0
+        self.retx.clear()
+        self.ack_probe = None
+        for k, msg in enumerate(msgs):
+            self._finish(msg, status if k == 0 else "flushed", now)
 
     def _mark_lost(self, e: TxEntry, avoid: int) -> None:
         e.lost = True
@@ -462,6 +529,12 @@ class Sender:
         if not self._waiting_for_ack():
             return
         if now - (self.ack_wait_since or 0) >= self.p.rto_ps:
+            if self.ack_requests >= self.p.retry_budget:
+                msn = self.unacked_msgs[0].msn
+                self._fail("retry_exceeded", now, f"retry_exceeded: no transport ACK for MSN {msn}")
+                return
+            self.ack_requests += 1
+            self.c["ack_requests"] += 1
             self.ack_wait_since = now
             self.ack_probe = self.unacked_msgs[-1]
             self.qp.wake()

@@ -21,10 +21,15 @@ class Pair:
         self.hosts, self.uplinks = hosts, uplinks
 
 
-async def open_pair(transports, hosts, *, uplinks: int, half: int, seed: int) -> Pair:
-    """Open both NICs, give them addresses and routes to each other, and connect one QP on each."""
+async def open_pair(transports, hosts, *, uplinks: int, half: int, seed: int, prepare=None) -> Pair:
+    """Open both NICs, give them addresses and routes to each other, and connect one QP on each.
+    ``prepare(nic, index)``: a coroutine run on each NIC after it is opened (backend-specific settings,
+    e.g. timers for the simulated fabric)."""
     a = await driver.open(transports[0], cq_depth=64)
     b = await driver.open(transports[1], cq_depth=64)
+    if prepare is not None:
+        await prepare(a, 0)
+        await prepare(b, 1)
     qa, qb = await connect_over_fabric(a, b, tuple(hosts), uplinks=uplinks, hosts_per_t0=half, seed=seed)
     return Pair(a, b, qa, qb, hosts, uplinks)
 
@@ -77,7 +82,7 @@ async def write_and_write_imm(pair: Pair, rng: random.Random, size: int = 96 * 1
 async def misuse(pair: Pair, rng: random.Random):
     """Every misuse is refused by the driver with a clear message, before anything reaches the NIC."""
     a, qa = pair.a, pair.qa
-    fresh = await a.create_qp(sq_depth=4)
+    fresh = await pair.b.create_qp(sq_depth=4)  # a QP never connected (B's second)
     cases = [
         (fresh.post_write(0x1000, 0, 1, 64), driver.WrongQpState, "posting needs a connected QP"),
         (qa.post_write(0x1000, 0, 1, 0), driver.InvalidParameter, "1 to 2^31 bytes"),
@@ -89,6 +94,7 @@ async def misuse(pair: Pair, rng: random.Random):
         (fresh.connect(PeerAddress(1, 2, 0), psn=1 << 24, peer_psn=0), driver.InvalidParameter, "24-bit PSN"),
         (fresh.connect(PeerAddress(1, 2, 0), psn=0, peer_psn=0), driver.WrongQpState, "no EV profile"),
         (a.create_qp(sq_depth=3), driver.InvalidParameter, "power of two"),
+        (a.create_qp(sq_depth=1 << 16), driver.InvalidParameter, "power of two"),
         (a.register_memory(0, 0), driver.InvalidParameter, "empty"),
         (fresh.set_ev_profile(EvProfile([0] * a.caps.ev_slots, [], 1)), driver.InvalidParameter, "plane"),
     ]
@@ -132,3 +138,40 @@ async def peer_stops_answering(pair: Pair, rng: random.Random, retry_ns: float):
         assert "error" in str(e)
     else:
         raise AssertionError("posting on a QP in error was accepted")
+
+
+async def protection_error(pair: Pair, rng: random.Random):
+    """A WRITE to memory the peer did not register: it completes REMOTE_ACCESS_ERROR (the peer's NAK),
+    the WRITE before it SUCCESS, the one after FLUSHED; nothing is written at the peer; the QP is in error."""
+    a, b, qa = pair.a, pair.b, pair.qa
+    source = a.memory.allocate(4096)
+    await a.t.mem_write(source, rng.randbytes(4096))
+    region = b.memory.allocate(8192)
+    before = rng.randbytes(8192)
+    await b.t.mem_write(region, before)
+    mr = await b.register_memory(region, 4096)
+    await qa.post_write(source, mr.address, mr.rkey, 1024, wr_id="ok")
+    await qa.post_write(source, mr.address + 4096, mr.rkey, 1024, wr_id="outside")  # past the region's end
+    await qa.post_write(source, mr.address, mr.rkey, 1024, wr_id="after")
+    done = await a.wait_completions(3, timeout_ns=5e6)
+    assert [(c.wr_id, c.status) for c in done] == [
+        ("ok", CqeStatus.SUCCESS),
+        ("outside", CqeStatus.REMOTE_ACCESS_ERROR),
+        ("after", CqeStatus.FLUSHED),
+    ], done
+    assert qa.state == QpState.ERROR
+    assert await b.t.mem_read(region + 4096, 4096) == before[4096:]
+    assert (await b.counters())["rx_access_error"] >= 1
+
+
+async def write_imm_without_receive(pair: Pair, rng: random.Random):
+    """A WRITE-with-immediate when the peer has posted no receive: REMOTE_OPERATION_ERROR (§7.5 row 11),
+    and the peer writes no receive completion."""
+    a, b, qa = pair.a, pair.b, pair.qa
+    source = a.memory.allocate(2048)
+    mr = await b.register_memory(b.memory.allocate(2048), 2048)
+    await qa.post_write_imm(source, mr.address, mr.rkey, 2048, 0x1234, wr_id="imm")
+    done = await a.wait_completions(1, timeout_ns=5e6)
+    assert [(c.wr_id, c.status) for c in done] == [("imm", CqeStatus.REMOTE_OPERATION_ERROR)], done
+    await a.t.idle(20_000)
+    assert await b.poll_cq() == []

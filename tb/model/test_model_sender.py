@@ -1,9 +1,10 @@
 """Sender: scoreboard release, loss inference (time rule, timeout), selective retransmission on another EV,
-NACK handling, probes restoring an EV, retry budget, window and cwnd gates."""
+NACK handling, probes restoring an EV, retry budget, window and cwnd gates, AETH NAKs and completion
+statuses."""
 
 from mrcnic.model.ev import EvState
 from mrcnic.model.params import US
-from mrcnic.wire import Dscp, NackReason, Opcode, Seth
+from mrcnic.wire import Aeth, AethSyndrome, Dscp, NackReason, Opcode, Reth, Seth
 
 
 def deliver(pair, frames, now):
@@ -151,18 +152,103 @@ def test_probe_failure_backs_off(pair):
     assert len(pair.na.take()) == 1
 
 
+def record(pair):
+    """Requester completions through the endpoint callbacks: [(kind, msn, status)]."""
+    seen = []
+    pair.a.on_message_acked = lambda qp, msg, now: seen.append(("acked", msg.msn, msg.status))
+    pair.a.on_message_failed = lambda qp, msg, now: seen.append(("failed", msg.msn, msg.status))
+    return seen
+
+
 def test_retry_budget_error(pair):
+    seen = record(pair)
     pair.post(length=4096)
+    pair.post(length=4096, offset=4096)
     s = pair.qa.sender
     t = 0
-    pair.send(t)
+    assert pair.send(t).bth.psn == 0
     for _ in range(s.p.retry_budget):
         t += s.p.rto_ps
         pair.na.advance(t)
-        assert pair.send(t) is not None
+        assert pair.send(t).bth.psn == 0  # one opportunity each time: the retransmission goes first
     t += s.p.rto_ps
     pair.na.advance(t)
-    assert pair.send(t) is None and s.error
+    assert pair.send(t) is None and s.error.startswith("retry_exceeded")
+    assert seen == [("failed", 0, "retry_exceeded"), ("failed", 1, "flushed")]
+    assert not s.has_work() and not s.pending and not s.unacked_msgs
+
+
+def test_nak_completes_earlier_fails_one_flushes_later(pair):
+    """Wrong R_Key on message 1 of 3: the responder NAKs MSN 1 (NAK_REMOTE_ACCESS); at the requester
+    message 0 completes ok, 1 remote_access, 2 flushed, and the QP is in error."""
+    seen = record(pair)
+    msgs = [pair.post(length=2 * 4096, offset=k * 8192) for k in range(3)]
+    s = pair.qa.sender
+    f = pair.send_all(0)
+    f[2][Reth].rkey = 99
+    out = deliver(pair, f[:4], 1 * US)
+    acks = [(x[Aeth].syndrome, x[Aeth].msn) for x in out if x.opcode == Opcode.ACK]
+    assert acks == [(AethSyndrome.ACK, 0), (AethSyndrome.NAK_REMOTE_ACCESS, 1)]
+    assert seen == [("acked", 0, "ok"), ("failed", 1, "remote_access"), ("failed", 2, "flushed")]
+    assert [m.status for m in msgs] == ["ok", "remote_access", "flushed"]
+    assert all(m.done_at == 1 * US for m in msgs)
+    assert s.error is not None and "MSN 1" in s.error and s.c["naks"] == 1
+    assert [m.status for _, m in s.completions] == ["ok", "remote_access", "flushed"]
+    out = deliver(pair, f[4:], 2 * US)  # the responder drops message 2's packets
+    assert out == [] and pair.qb.receiver.c["qp_not_ready"] == 2
+    pair.post(length=4096)
+    assert pair.send(3 * US) is None and not s.has_work()  # nothing more sent
+    pair.na.advance(200 * US)
+    assert pair.na.take() == []  # no probes, no ACK requests
+    assert len(seen) == 3
+
+
+def test_nak_with_later_messages_not_yet_sent(pair):
+    """A NAK flushes messages still waiting to be segmented too."""
+    seen = record(pair)
+    pair.qa.cc.cwnd = 4096
+    pair.post(length=4096)
+    pair.post(length=4096, offset=4096)
+    f = pair.send_all(0)
+    assert len(f) == 1
+    f[0][Reth].dma_length = 0
+    deliver(pair, f, 1 * US)
+    assert seen == [("failed", 0, "invalid_request"), ("failed", 1, "flushed")]
+
+
+def test_on_ack_ignores_msn_beyond_posted(pair):
+    pair.post(length=4096)
+    s = pair.qa.sender
+    pair.send(0)
+    s.on_ack(5, 1 * US)
+    s.on_ack(3, 1 * US, AethSyndrome.NAK_REMOTE_ACCESS)
+    assert s.c["bad_feedback"] == 2 and s.error is None and s.unacked_msgs
+    s.on_ack(0, 2 * US)
+    assert not s.unacked_msgs and s.completions[0][1].status == "ok"
+
+
+def test_lost_acks_exhaust_the_retry_budget(pair):
+    """Every transport ACK lost: the requester asks again (last packet, BTH.A) every RTO, up to the retry
+    budget, then the message completes retry_exceeded."""
+    seen = record(pair)
+    s = pair.qa.sender
+    pair.post(length=4096)
+    t = 1 * US
+    frames = pair.send_all(0)
+    for _ in range(s.p.retry_budget + 1):
+        for f in frames:
+            pair.b.on_frame(f, f.ev >> 29, t)
+        for _, f in pair.nb.take():
+            if f.opcode != Opcode.ACK:  # the ACKs are lost
+                pair.a.on_frame(f, f.ev >> 29, t)
+        t += s.p.rto_ps
+        pair.na.advance(t)
+        frames = pair.send_all(t)
+        if s.error is None:
+            (request,) = frames
+            assert request.bth.ack_req and request.bth.rtx and request.bth.psn == 0
+    assert s.c["ack_requests"] == s.p.retry_budget
+    assert s.error.startswith("retry_exceeded") and seen == [("failed", 0, "retry_exceeded")]
 
 
 def test_window_and_cwnd_gates(pair):
