@@ -10,7 +10,8 @@ them, and the endpoint's ACKs and WRITE-with-immediate arrivals become CQEs writ
 Time passes only in :meth:`ModelDevice.idle` (the fabric's event loop runs).
 
 Limits of the model, not of the interface: memory regions have no protection domain or rights check
-(an MR without remote write is simply not registered), and counters the model does not keep read 0.
+(an MR without remote write is simply not registered); counters the model does not keep read 0, and
+``host_cq_full_stalls`` counts completions that found the CQ full (the gateware counts cycles).
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ class _QpContext:
         self.posted: deque = deque()  # (sq index, msn) sent to the model, not yet completed
         self.recv_seen = 0  # receiver completions already turned into CQEs
         self.receives_posted = 0  # RQ_PRODUCER as handed to the model
+        self.parked: tuple | None = None  # (sq index, status) of a WQE waiting for those in flight
 
 
 class ModelDevice(Transport):
@@ -281,7 +283,10 @@ class ModelDevice(Transport):
         q = self.qps[index]
         block = f"qp{index}_queues"
         log2 = self.values[(block, "SQ_SIZE_LOG2")]
-        if not log2 or q.sq_stopped:
+        if not log2:
+            q.sq_stopped = False  # size 0 restarts a send queue stopped by an overrun
+            return
+        if q.sq_stopped or q.parked is not None:
             return
         producer = self.values[(block, "SQ_PRODUCER")]
         ahead = (producer - q.sq_consumer) & 0xFFFF
@@ -290,7 +295,7 @@ class ModelDevice(Transport):
             self.host_counts["doorbell_overruns"] += 1
             return
         base = self.values[(block, "SQ_BASE")]
-        while (producer - q.sq_consumer) & 0xFFFF:
+        while (producer - q.sq_consumer) & 0xFFFF and q.parked is None:
             sq_index = q.sq_consumer & 0xFFFF
             raw = self.memory_load(base + (q.sq_consumer % (1 << log2)) * WQE_BYTES, WQE_BYTES)
             q.sq_consumer += 1
@@ -300,25 +305,30 @@ class ModelDevice(Transport):
     def _execute(self, index: int, sq_index: int, wqe: Wqe) -> None:
         q = self.qps[index]
         if q.error or q.model is None:
+            status = CqeStatus.FLUSHED
             self.host_counts["flushed"] += 1
-            self._send_cqe(index, sq_index, CqeStatus.FLUSHED)
-            return
-        if wqe.opcode not in (WqeOpcode.WRITE, WqeOpcode.WRITE_IMM) or not 1 <= wqe.length <= 1 << 31:
+        elif wqe.opcode not in (WqeOpcode.WRITE, WqeOpcode.WRITE_IMM) or not 1 <= wqe.length <= 1 << 31:
+            status = CqeStatus.INVALID_WQE
             self.host_counts["invalid_wqes"] += 1
-            self._fail(index, CqeStatus.INVALID_WQE, sq_index)
+            q.error = True
+        else:
+            imm = wqe.imm if wqe.opcode == WqeOpcode.WRITE_IMM else None
+            msg = self.endpoint.post_write(
+                q.model.qpn,
+                wqe.remote_va,
+                wqe.rkey,
+                wqe.length,
+                _HostSource(self, wqe.local_addr),
+                imm,
+                wr_id=sq_index,
+                now=self.cluster.now_ps,
+            )
+            q.posted.append((sq_index, msg.msn))
             return
-        imm = wqe.imm if wqe.opcode == WqeOpcode.WRITE_IMM else None
-        msg = self.endpoint.post_write(
-            q.model.qpn,
-            wqe.remote_va,
-            wqe.rkey,
-            wqe.length,
-            _HostSource(self, wqe.local_addr),
-            imm,
-            wr_id=sq_index,
-            now=self.cluster.now_ps,
-        )
-        q.posted.append((sq_index, msg.msn))
+        if q.posted:  # completions stay in SQ order: it waits for the WQEs in flight (and stops the SQ)
+            q.parked = (sq_index, status)
+        else:
+            self._send_cqe(index, sq_index, status)
 
     def _message_done(self, model_qp, msg, now: int) -> None:
         """The model completed a message (in MSN order): its WQE's CQE, with the model's status."""
@@ -330,21 +340,10 @@ class ModelDevice(Transport):
             q.error = True
             self.host_counts["flushed"] += status == CqeStatus.FLUSHED
         self._send_cqe(index, sq_index, status, msn)
-
-    def _fail(self, index: int, status: CqeStatus, sq_index: int | None = None) -> None:
-        """The QP goes to ERROR: the failing WQE gets ``status``, everything outstanding FLUSHED."""
-        q = self.qps[index]
-        q.error = True
-        first = True
-        while q.posted:
-            idx, msn = q.posted.popleft()
-            self._send_cqe(index, idx, status if first else CqeStatus.FLUSHED, msn)
-            self.host_counts["flushed"] += not first
-            first = False
-        if sq_index is not None:
-            self._send_cqe(index, sq_index, status if first else CqeStatus.FLUSHED)
-        if q.model is not None:
-            q.model.sender.pending.clear()
+        if not q.posted and q.parked is not None:
+            parked, q.parked = q.parked, None
+            self._send_cqe(index, *parked)
+            self._serve_sq(index)
 
     def _send_cqe(self, index: int, sq_index: int, status: CqeStatus, msn: int = 0) -> None:
         self.qps[index].sq_completed += 1

@@ -14,10 +14,13 @@ __all__ = ["NicCluster"]
 
 
 class NicCluster(wiring.Component):
-    def __init__(self, count: int, **nic_params):
+    """``count`` NICs: the core (``MrcNic``, configured through its streams) or, with
+    ``component=MrcNicTop``, the whole NIC behind its registers and queues (driven by the driver)."""
+
+    def __init__(self, count: int, component=MrcNic, **nic_params):
         self.count = count
         self.nic_params = nic_params
-        self._nics = [MrcNic(**nic_params) for _ in range(count)]
+        self._nics = [component(**nic_params) for _ in range(count)]
         super().__init__({f"nic{i}": Out(nic.signature) for i, nic in enumerate(self._nics)})
 
     def elaborate(self, platform):
