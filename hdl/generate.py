@@ -31,6 +31,12 @@ def _rx(data_width, planes):
     return lambda: RxPipeline(data_width=data_width, planes=planes)
 
 
+def _top(data_width, planes):
+    from .host.nic_top import MrcNicTop
+
+    return lambda: MrcNicTop(data_width=data_width, planes=planes)
+
+
 def _nic(data_width, planes):
     from .nic import MrcNic
 
@@ -45,6 +51,7 @@ TOP_LEVELS = {
     "rx_pipeline_dw8_p4": _rx(8, 4),
     "rx_pipeline_dw32_p4": _rx(32, 4),
     "mrc_nic_dw8_p4": _nic(8, 4),
+    "mrc_nic_top_dw8_p4": _top(8, 4),
     "mrc_nic_dw8_p2": _nic(8, 2),
 }
 
