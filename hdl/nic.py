@@ -50,8 +50,9 @@ from .tx.prober import Prober
 from .tx.tracker import STATS as TRACKER_STATS
 from .tx.tracker import TxTracker
 
-__all__ = ["STATS", "MrcNic", "connect_layout", "core_signature"]
+__all__ = ["PORT_STATS", "STATS", "MrcNic", "connect_layout", "core_signature"]
 
+PORT_STATS = ("frames", "bytes")  # per plane port, NIC port stat_port_<rx|tx>_<name>[p]
 TX_STATS = ("packets", "probes", "ack_requests", "no_path", "rejected_wr", "dma_errors", "stale_retransmits")
 WATCHDOG_STATS = ("ack_requests", "retry_exceeded")
 
@@ -186,6 +187,12 @@ class MrcNic(wiring.Component):
             "ack_interval_cycles": In(32, init=cycles(1)),
             "base_rtt_cycles": In(32, init=cycles(base_rtt_us)),
             "now": Out(32),
+            # per plane port: frames and bytes (Ethernet frame without FCS) in and out, wrapping
+            **{
+                f"stat_port_{d}_{u}": Out(data.ArrayLayout(32, planes))
+                for d in ("rx", "tx")
+                for u in PORT_STATS
+            },
         }
         for block, names in STATS.items():
             members.update({f"stat_{block}_{name}": Out(32) for name in names})
@@ -375,6 +382,13 @@ class MrcNic(wiring.Component):
             axis_to_stream(m, tx.m_axis[p], mux.i[0])
             axis_to_stream(m, rx.m_axis[p], mux.i[1])
             stream_to_axis(m, mux.o, self.m_axis[p])
+            for direction, port in (("rx", self.s_axis[p]), ("tx", self.m_axis[p])):
+                frames = getattr(self, f"stat_port_{direction}_frames")[p]
+                nbytes = getattr(self, f"stat_port_{direction}_bytes")[p]
+                with m.If(port.tvalid & port.tready):
+                    m.d.sync += nbytes.eq(nbytes + sum(port.tkeep[i] for i in range(self.data_width)))
+                    with m.If(port.tlast):
+                        m.d.sync += frames.eq(frames + 1)
 
         # -- counters
         blocks = {

@@ -296,7 +296,7 @@ def nic_register_map(c: Capabilities | None = None) -> RegisterMap:
             Block(
                 BlockType.PORT,
                 f"port{p}",
-                f"Plane port {p}: link state and the addresses of its frames.",
+                f"Plane port {p}: link state, the addresses of its frames, frame and byte counters.",
                 [
                     R(
                         "LINK_UP",
@@ -317,6 +317,30 @@ def nic_register_map(c: Capabilities | None = None) -> RegisterMap:
                         "outer IPv6 source address (SRv6 mode)",
                         128,
                         binding=f"config.port_address[{p}]",
+                    ),
+                    R(
+                        "RX_FRAMES",
+                        "frames received on this port (all of them, good or not)",
+                        access=RO,
+                        binding=f"stat_port_rx_frames[{p}]",
+                    ),
+                    R(
+                        "RX_BYTES",
+                        "bytes of those frames (FCS excluded)",
+                        access=RO,
+                        binding=f"stat_port_rx_bytes[{p}]",
+                    ),
+                    R(
+                        "TX_FRAMES",
+                        "frames sent on this port (data, probes, SACK/NACK/ACK)",
+                        access=RO,
+                        binding=f"stat_port_tx_frames[{p}]",
+                    ),
+                    R(
+                        "TX_BYTES",
+                        "bytes of those frames (FCS excluded)",
+                        access=RO,
+                        binding=f"stat_port_tx_bytes[{p}]",
                     ),
                 ],
                 info=p,

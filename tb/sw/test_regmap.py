@@ -86,6 +86,8 @@ def _resolve(nic, binding):
     if rest:
         widths = dict(_leaves(member.shape))
         return widths[rest], None
+    if isinstance(member.shape, data.ArrayLayout):  # an element: a per-plane counter
+        return Shape.cast(member.shape.elem_shape).width, None
     width = Shape.cast(member.shape).width
     init = member.init if not isinstance(member.init, (dict, list)) else None
     if index is not None:

@@ -153,7 +153,9 @@ class FrameIn:
         self.tvalid.value = 0
         self.queue: deque[bytes] = deque()
         self.wake = Event()
-        self.frames = 0
+        self.frames = 0  # frames and bytes the NIC has taken whole
+        self.bytes = 0
+        self.busy = False
 
     def start(self) -> None:
         """Begin moving data (after reset: a frame half-sent before reset must not be picked up)."""
@@ -172,6 +174,7 @@ class FrameIn:
                 await RisingEdge(self.clk)
                 continue
             raw = self.queue.popleft()
+            self.busy = True
             for offset in range(0, len(raw), w):
                 chunk = raw[offset : offset + w]
                 self.tdata.value = int.from_bytes(chunk.ljust(w, b"\0"), "little")
@@ -184,6 +187,8 @@ class FrameIn:
                         break
             self.tvalid.value = 0
             self.frames += 1
+            self.bytes += len(raw)
+            self.busy = False
 
 
 class FrameOut:
@@ -368,6 +373,7 @@ class RtlNic:
             strobe=True,
         )
         self.peer_qp: dict[int, int] = {}  # peer QPN -> our QP index
+        self.sent_frames, self.sent_bytes = [0] * self.planes, [0] * self.planes
         self.port_up = (1 << self.planes) - 1
         self.on_transmit = None  # callback(nic, plane, frame, now_ps): a frame leaves the NIC
         self.on_receive = None  # callback(nic, plane, frame, now_ps): the fabric delivers a frame
@@ -404,6 +410,22 @@ class RtlNic:
                 if isinstance(value, dict):
                     value = pack(member.shape, value)
                 self.signal(name).value = value
+
+    def port_counter_errors(self) -> list[str]:
+        """The NIC's per-plane frame and byte counters against what the bench moved (after quiesce())."""
+        errors = []
+        for direction, frames, nbytes in (
+            ("rx", [i.frames for i in self.inputs], [i.bytes for i in self.inputs]),
+            ("tx", self.sent_frames, self.sent_bytes),
+        ):
+            for unit, want in (("frames", frames), ("bytes", nbytes)):
+                raw = int(self.signal(f"stat_port_{direction}_{unit}").value)
+                got = [(raw >> (32 * p)) & 0xFFFFFFFF for p in range(self.planes)]
+                if got != [w & 0xFFFFFFFF for w in want]:
+                    errors.append(f"{self.prefix} port {direction} {unit}: NIC {got}, moved {want}")
+        if any(i.busy or i.queue for i in self.inputs):
+            errors.append(f"{self.prefix}: frames still waiting at its ports after quiesce")
+        return errors
 
     def counters(self) -> dict[str, int]:
         out = {}
@@ -444,6 +466,8 @@ class RtlNic:
         return not port.up or (not port.data and not port.prio)
 
     def _transmit(self, plane: int, raw: bytes) -> None:
+        self.sent_frames[plane] += 1
+        self.sent_bytes[plane] += len(raw)
         frame = wire.decode(raw, check_icrc=True)
         now = now_ps()
         self.bench.advance(now)
@@ -483,9 +507,20 @@ class NicBench:
         self.nics = [RtlNic(self, i, hosts[i]) for i in range(cfg.nics)]
         self.wall_start = None
         self.cycles_start = 0
+        self.paused = False
 
     def advance(self, now: int | None = None) -> None:
-        self.fabric.loop.run(until=now_ps() if now is None else now)
+        if not self.paused:
+            self.fabric.loop.run(until=now_ps() if now is None else now)
+
+    async def quiesce(self, cycles: int = 3000) -> None:
+        """Stop the fabric (no frame moves between NICs) and let the NICs finish what they hold, so their
+        port counters can be compared with what was moved; :meth:`resume` continues."""
+        self.paused = True
+        await ClockCycles(self.dut.clk, cycles)
+
+    def resume(self) -> None:
+        self.paused = False
 
     async def _fabric_clock(self):
         while True:

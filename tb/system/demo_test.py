@@ -107,3 +107,4 @@ async def demo(dut):
     )
     assert result.data_verified, "the written data does not match the source"
     assert not result.model_mismatches, result.model_mismatches[:10]
+    assert not result.port_counter_errors, result.port_counter_errors

@@ -85,6 +85,7 @@ async def _transfer(dut, cfg, *, size=SIZE, registers=None, setup=None, during=N
     for line in result.model_mismatches[:20]:
         print("MODEL MISMATCH", line)
     assert not result.model_mismatches, f"{len(result.model_mismatches)} disagreements with the model"
+    assert not result.port_counter_errors, result.port_counter_errors
     return bench, result
 
 

@@ -53,6 +53,7 @@ class TransferResult:
     # reference-model scoreboards (tb/system/scoreboard.py): what was checked, and every disagreement
     model_checks: dict = field(default_factory=dict)
     model_mismatches: list = field(default_factory=list)
+    port_counter_errors: list = field(default_factory=list)  # per-plane frame/byte counters vs the bench
 
 
 class Transfer:
@@ -134,6 +135,10 @@ class Transfer:
         r.goodput_bps = self.size * 8e12 / elapsed
         r.goodput_fraction = r.goodput_bps / theoretical_goodput_bps(cfg)
         r.lost_frames = r.data_frames - sum(1 for arrival in r.arrivals if not arrival[4])
+        # Quiet fabric: the NICs' per-plane port counters must equal the frames and bytes moved.
+        await bench.quiesce()
+        r.port_counter_errors = a.port_counter_errors() + b.port_counter_errors()
+        bench.resume()
         r.counters = a.counters()
         r.peer_counters = b.counters()
         r.ack_request_frames = r.counters["ack_watchdog_ack_requests"]

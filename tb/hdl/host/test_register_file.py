@@ -127,6 +127,9 @@ def test_walk_registers_and_counters():
         assert await bus.read(counters.address("RX_PLACED")) == 12345
         assert await bus.write(counters.address("RX_PLACED"), 0) == OKAY
         assert await bus.read(counters.address("RX_PLACED")) == 12345
+        ctx.set(dut.stat_port_tx_bytes[1], 0xCAFE)
+        assert await bus.read(port1.address("TX_BYTES")) == 0xCAFE
+        assert await bus.read(regmap["port0"].address("TX_BYTES")) == 0
         assert await bus.write(ident.address("PLANES"), 9) == OKAY
         assert await bus.read(ident.address("PLANES")) == CAPS.planes
         # A hole inside the map reads 0; beyond the map: DECERR.
