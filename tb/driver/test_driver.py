@@ -36,23 +36,15 @@ def model_pair(seed):
     )
 
 
-def test_model_write_and_write_imm():
+@pytest.mark.parametrize(
+    "scenario", ["write_and_write_imm", "misuse", "protection_error", "write_imm_without_receive"]
+)
+def test_model(scenario):
     seed = new_seed()
 
     async def body():
         _, opening = model_pair(seed)
-        pair = await opening
-        await scenarios.write_and_write_imm(pair, random.Random(seed))
-
-    asyncio.run(body())
-
-
-def test_model_misuse():
-    seed = new_seed()
-
-    async def body():
-        _, opening = model_pair(seed)
-        await scenarios.misuse(await opening, random.Random(seed))
+        await getattr(scenarios, scenario)(await opening, random.Random(seed))
 
     asyncio.run(body())
 
@@ -66,26 +58,6 @@ def test_model_peer_stops_answering():
         # B's QP forgets its peer: A's packets reach no QP there, nothing is answered
         cluster.devices[1].endpoint.qps.clear()
         await scenarios.peer_stops_answering(pair, random.Random(seed), retry_ns=2e8)
-
-    asyncio.run(body())
-
-
-def test_model_protection_error():
-    seed = new_seed()
-
-    async def body():
-        _, opening = model_pair(seed)
-        await scenarios.protection_error(await opening, random.Random(seed))
-
-    asyncio.run(body())
-
-
-def test_model_write_imm_without_receive():
-    seed = new_seed()
-
-    async def body():
-        _, opening = model_pair(seed)
-        await scenarios.write_imm_without_receive(await opening, random.Random(seed))
 
     asyncio.run(body())
 
