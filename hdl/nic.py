@@ -28,7 +28,7 @@ Time. ``now`` counts core cycles; ``now_ts`` (TSETH / PETH timestamps and the co
 clock) counts 128 ns ticks, from a prescaler of ``round(clock_hz * 128 ns)`` cycles.
 """
 
-from amaranth import Module, Signal
+from amaranth import Elaboratable, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -50,7 +50,7 @@ from .tx.prober import Prober
 from .tx.tracker import STATS as TRACKER_STATS
 from .tx.tracker import TxTracker
 
-__all__ = ["PORT_STATS", "STATS", "MrcNic", "connect_layout", "core_signature"]
+__all__ = ["PORT_STATS", "STATS", "MrcNic", "connect_layout", "core_signature", "layout_only"]
 
 PORT_STATS = ("frames", "bytes")  # per plane port, NIC port stat_port_<rx|tx>_<name>[p]
 TX_STATS = ("packets", "probes", "ack_requests", "no_path", "rejected_wr", "dma_errors", "stale_retransmits")
@@ -409,10 +409,21 @@ class MrcNic(wiring.Component):
         return m
 
 
+def layout_only(component):
+    """Mark ``component`` and the blocks it holds as deliberately never elaborated (it is used only for
+    its signature: port layouts and defaults), so Amaranth does not warn "created but never used"."""
+    seen, todo = set(), [component]
+    while todo:
+        part = todo.pop()
+        if id(part) in seen or not isinstance(part, Elaboratable):
+            continue
+        seen.add(id(part))
+        part._MustUse__silence = True
+        todo += [v for k, v in vars(part).items() if k.startswith("_") and isinstance(v, Elaboratable)]
+    return component
+
+
 def core_signature(**params) -> wiring.Signature:
     """The signature of an ``MrcNic(**params)``, for blocks built around the core (the register file)
-    without elaborating one: the core object made for it is marked as deliberately unused."""
-    nic = MrcNic(**params)
-    for part in (nic, nic._tx, nic._tx._paths, nic._rx, nic._tracker, nic._prober):
-        part._MustUse__silence = True
-    return nic.signature
+    without elaborating one."""
+    return layout_only(MrcNic(**params)).signature

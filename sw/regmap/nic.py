@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..wire.constants import MRC_UDP_PORT, Dscp
 from .model import Access, Block, BlockType, Register, RegisterMap
 
-__all__ = ["COUNTERS", "HOST_COUNTERS", "MAGIC", "TABLES", "Capabilities", "nic_register_map"]
+__all__ = ["COUNTERS", "HOST_COUNTERS", "MAGIC", "Capabilities", "nic_register_map"]
 
 MAGIC = 0x4E43524D  # "MRCN", little-endian ASCII
 RO, WO = Access.RO, Access.WO
@@ -254,9 +254,6 @@ def _tables(c: Capabilities) -> dict[str, tuple[str, str, list[TableField]]]:
             ],
         ),
     }
-
-
-TABLES = tuple(_tables(Capabilities()))
 
 
 def _reg_name(path: str) -> str:

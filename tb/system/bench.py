@@ -25,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import cocotb
-from amaranth.hdl import Const, Elaboratable
+from amaranth.hdl import Const
 from amaranth.lib import data
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, Event, RisingEdge
@@ -35,7 +35,7 @@ from cocotbext.axi import AxiBus, AxiRam
 from mrcnic import wire
 from mrcnic.fabric.topology import LOCATOR, Fabric, FabricConfig
 from mrcnic.hdl.host.nic_top import MrcNicTop
-from mrcnic.hdl.nic import STATS, MrcNic
+from mrcnic.hdl.nic import STATS, MrcNic, layout_only
 from mrcnic.hdl.tx.layouts import WriteKind
 from mrcnic.hdl.tx.path_selector import EvState
 from mrcnic.model.endpoint import gid, host_mac
@@ -118,20 +118,6 @@ def _port_value(member) -> int:
     if isinstance(member.shape, data.Layout):
         return Const.cast(data.Layout.cast(member.shape).const(init)).value
     return int(Const.cast(init).value) if not isinstance(init, int) else init
-
-
-def _layout_only(nic):
-    """A NIC object used only for its signature (port layouts and register defaults), never elaborated:
-    silence Amaranth's "created but never used" warnings for it and its parts."""
-    seen, todo = set(), [nic]
-    while todo:
-        part = todo.pop()
-        if id(part) in seen or not isinstance(part, Elaboratable):
-            continue
-        seen.add(id(part))
-        part._MustUse__silence = True
-        todo += [v for k, v in vars(part).items() if k.startswith("_") and isinstance(v, Elaboratable)]
-    return nic
 
 
 def now_ps() -> int:
@@ -491,7 +477,7 @@ class NicBench:
     def __init__(self, dut, cfg: SystemConfig):
         self.dut, self.cfg = dut, cfg
         component = MrcNicTop if cfg.host_interface else MrcNic
-        self.nic_model = _layout_only(component(**cfg.nic_params()))
+        self.nic_model = layout_only(component(**cfg.nic_params()))
         self.fabric = Fabric(cfg.fabric_config())
         self.rng = random.Random(cfg.seed)
         cocotb.start_soon(Clock(dut.clk, CLOCK_PS, unit="ps").start())
