@@ -19,10 +19,14 @@ control); DESIGN.md "Gateware architecture".
 
 One ``m_axi`` AXI4 port: the TX pipeline uses its read channels, the RX pipeline its write channels.
 Each plane port carries both the TX data frames and the RX pipeline's SACK/NACK/ACK frames, merged a
-whole frame at a time. Until the host interface exists (issue 7), configuration enters through the
-``*_configure`` streams and the registers are plain inputs with the defaults below; the sender-side
-outputs (``ack``, ``send_error``) and ``receive_completion`` are streams the host interface will turn
-into completion-queue entries.
+whole frame at a time. Configuration enters through the ``*_configure`` streams and the registers are
+plain inputs with the defaults below; the sender-side outputs (``ack``, ``send_error``) and
+``receive_completion`` are streams. The whole NIC (:class:`~mrcnic.hdl.host.nic_top.MrcNicTop`) drives
+them from its register file and turns the outputs into completion-queue entries.
+
+A QP is in ERROR (``qp_error``) from its first error record (the tracker's or the ACK watchdog's) or a
+receive-side error until it is connected again; meanwhile it sends nothing (§7.4): the segmenter
+abandons its message in progress and drops the work requests it still gets (``stat_tx_flushed_wr``).
 
 Time. ``now`` counts core cycles; ``now_ts`` (TSETH / PETH timestamps and the congestion controller's
 clock) counts 128 ns ticks, from a prescaler of ``round(clock_hz * 128 ns)`` cycles.
@@ -53,7 +57,16 @@ from .tx.tracker import TxTracker
 __all__ = ["PORT_STATS", "STATS", "MrcNic", "connect_layout", "core_signature", "layout_only"]
 
 PORT_STATS = ("frames", "bytes")  # per plane port, NIC port stat_port_<rx|tx>_<name>[p]
-TX_STATS = ("packets", "probes", "ack_requests", "no_path", "rejected_wr", "dma_errors", "stale_retransmits")
+TX_STATS = (
+    "packets",
+    "probes",
+    "ack_requests",
+    "no_path",
+    "rejected_wr",
+    "flushed_wr",
+    "dma_errors",
+    "stale_retransmits",
+)
 WATCHDOG_STATS = ("ack_requests", "retry_exceeded")
 
 
@@ -242,6 +255,15 @@ class MrcNic(wiring.Component):
             watchdog.ack.valid.eq(self.ack.valid & self.ack.ready),
             watchdog.ack.payload.eq(self.ack.payload),
         ]
+        # A QP is in ERROR from its first error record (the tracker's or the ACK watchdog's) or a
+        # receive-side error until it is connected again; it sends nothing meanwhile (§7.4).
+        halted = Signal(qps)
+        in_error = Signal(qps)
+        m.d.comb += in_error.eq(halted | tracker.qp_error | rx.qp_error)
+        with m.If(self.send_error.valid & self.send_error.ready):
+            m.d.sync += halted.bit_select(self.send_error.payload.qp, 1).eq(1)
+        with m.If(self.connect.valid & self.connect.ready):
+            m.d.sync += halted.bit_select(self.connect.payload.qp, 1).eq(0)
         m.submodules.error_merge = error_merge = StreamMerge(self.send_error.payload.shape(), 2)
         wiring.connect(m, tracker.error, error_merge.i[0])
         wiring.connect(m, watchdog.error, error_merge.i[1])
@@ -306,7 +328,8 @@ class MrcNic(wiring.Component):
             rx.ack_gen_cycles.eq(self.ack_gen_cycles),
             rx.ack_interval_cycles.eq(self.ack_interval_cycles),
             rx.base_rtt_cycles.eq(self.base_rtt_cycles),
-            self.qp_error.eq(tracker.qp_error | rx.qp_error),
+            self.qp_error.eq(in_error),
+            tx.qp_halt.eq(in_error),
             self.cwnd.eq(cc.cwnd),
             self.inflight.eq(tracker.inflight),
         ]

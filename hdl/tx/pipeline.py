@@ -113,6 +113,7 @@ class TxPipeline(wiring.Component):
             "min_active": In(range(ev_slots + 1), init=ev_slots // 4),
             "psn_limit": In(data.ArrayLayout(24, qps)),
             "cwnd_open": In(qps),
+            "qp_halt": In(qps),
             "plane_up": In(planes, init=(1 << planes) - 1),
             "plane_queue_beats": In(range(self.plane_fifo_depth + 1), init=self.plane_fifo_depth),
             "now_ts": In(16),
@@ -125,6 +126,7 @@ class TxPipeline(wiring.Component):
             "stat_stale_retransmits": Out(32),
             "stat_no_path": Out(32),
             "stat_rejected_wr": Out(32),
+            "stat_flushed_wr": Out(32),
             "stat_dma_errors": Out(32),
             **{f"stat_path_{name}": Out(32) for name in PATH_STATS},
         }
@@ -165,6 +167,7 @@ class TxPipeline(wiring.Component):
         wiring.connect(m, wiring.flipped(self.route_configure), router.configure)
         m.d.comb += [
             seg.pmtu_log2.eq(self.pmtu_log2),
+            seg.halt.eq(self.qp_halt),
             self.slot_free.eq(seg.slot_free),
             sch.has_data.eq(seg.has_data),
             sch.next_psn.eq(seg.next_psn),
@@ -178,6 +181,7 @@ class TxPipeline(wiring.Component):
             demux.queue_limit.eq(self.plane_queue_beats),
             icrc.skip.eq(54),  # Ethernet + outer IPv6 are not covered (single-IPv6 mode: 14)
             self.stat_rejected_wr.eq(seg.stat_rejected),
+            self.stat_flushed_wr.eq(seg.stat_flushed),
             self.stat_dma_errors.eq(builder.stat_dma_errors),
             self.stat_stale_retransmits.eq(rtx.stat_stale),
             *(getattr(self, f"stat_path_{name}").eq(getattr(paths, f"stat_{name}")) for name in PATH_STATS),

@@ -7,6 +7,10 @@ the work-queue fetcher which QPs can take the next one. The scheduler asks for t
 through ``next_packet``; the segmenter answers with one descriptor on ``descriptor`` and advances that
 QP's offset, PSN and, at message start, MSN/RQMSN. Work requests of length 0 or above 2^31 are refused
 (consumed, counted in ``stat_rejected``), as §3.2 says.
+
+A QP in ERROR (``halt``) sends nothing more (§7.4): its work request in progress is abandoned and the
+ones handed over later are consumed without a packet (counted in ``stat_flushed``; the host interface
+completes them FLUSHED). Connecting the QP again (``configure``, after the error clears) resumes it.
 """
 
 from amaranth import Array, Const, Module, Mux, Signal
@@ -33,7 +37,9 @@ class Segmenter(wiring.Component):
     * ``descriptor``: Out, the packet (``descriptor_layout``).
     * ``configure``: In, ``{qp, psn, msn, rqmsn}``: set a QP's sequence numbers (connect time).
     * ``pmtu_log2``: In(4), register: 8..12 for PMTU 256..4096.
-    * ``stat_rejected``: Out(32), refused work requests.
+    * ``halt``: In(qps), bit q: QP q is in ERROR.
+    * ``stat_rejected``: Out(32), refused work requests; ``stat_flushed``: Out(32), work requests dropped
+      (taken while their QP was in ERROR, or abandoned in progress when it went there).
     """
 
     def __init__(self, *, qps: int, ev_slots: int = 16):
@@ -51,7 +57,9 @@ class Segmenter(wiring.Component):
                     stream.Signature(data.StructLayout({"qp": qp_bits, "psn": 24, "msn": 16, "rqmsn": 16}))
                 ),
                 "pmtu_log2": In(4, init=12),
+                "halt": In(qps),
                 "stat_rejected": Out(32),
+                "stat_flushed": Out(32),
             }
         )
 
@@ -72,7 +80,16 @@ class Segmenter(wiring.Component):
         next_rqmsn = Array(Signal(16, name=f"next_rqmsn_{q}") for q in range(qps))
         for q in range(qps):
             m.d.comb += self.next_psn[q].eq(next_psn[q])
-        m.d.comb += [self.has_data.eq(busy), self.slot_free.eq(~busy)]
+        m.d.comb += [self.has_data.eq(busy & ~self.halt), self.slot_free.eq(~busy | self.halt)]
+        # A QP going to ERROR abandons its work request in progress (one packet already asked for may
+        # still leave: the FSM below is past the point of no return for it).
+        abandoned = Signal(qps)
+        flushed_now = Signal()  # a work request taken for a QP in ERROR (the FSM below)
+        m.d.comb += abandoned.eq(busy & self.halt)
+        m.d.sync += [
+            busy.eq(busy & ~self.halt),
+            self.stat_flushed.eq(self.stat_flushed + flushed_now + sum(abandoned[q] for q in range(qps))),
+        ]
 
         pmtu = Signal(range(MAX_PMTU + 1))
         m.d.comb += pmtu.eq(Const(1, 13) << self.pmtu_log2)
@@ -95,6 +112,8 @@ class Segmenter(wiring.Component):
                         next_msn[cfg.qp].eq(cfg.msn),
                         next_rqmsn[cfg.qp].eq(cfg.rqmsn),
                     ]
+                with m.Elif(self.work_request.valid & self.halt.bit_select(request.qp, 1)):
+                    m.d.comb += [self.work_request.ready.eq(1), flushed_now.eq(1)]
                 with m.Elif(self.work_request.valid & ~busy.bit_select(request.qp, 1)):
                     m.d.comb += self.work_request.ready.eq(1)
                     with m.If(request_ok):

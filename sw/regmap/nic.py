@@ -68,6 +68,7 @@ COUNTERS: dict[str, tuple[tuple[str, str], ...]] = {
         ("ack_requests", "data packets sent with BTH.A (ask for an immediate SACK)"),
         ("no_path", "transmission opportunities where no EV slot could be chosen"),
         ("rejected_wr", "work requests refused (QP not connected, length 0 or too long)"),
+        ("flushed_wr", "work requests dropped unsent because their QP was in ERROR (§7.4)"),
         ("dma_errors", "payload reads that returned an AXI error"),
         ("stale_retransmits", "retransmit requests for PSNs acknowledged meanwhile (dropped)"),
     ),

@@ -187,3 +187,62 @@ def test_window_gate_retransmissions_first_and_round_robin():
         assert sorted(d.qp for d in got[i : i + 3]) == [0, 1, 2]
     for q in range(qps):
         assert [d.psn for d in got if d.qp == q] == [10, 11, 12]
+
+
+def test_qp_in_error_sends_nothing_more():
+    """§7.4: a QP going to ERROR abandons its message in progress (at most the packet already asked for
+    still leaves) and work requests handed over meanwhile produce no packet; both are counted in
+    ``stat_flushed``; the other QP is not disturbed; after the error clears and the QP is connected again,
+    it sends from its new sequence numbers."""
+    seed = random.randrange(1 << 30)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    dut = SegmenterAndScheduler(2)
+    seg, sch = dut.segmenter, dut.scheduler
+    got = []
+
+    def wr(qp, length):
+        return {
+            "qp": qp,
+            "kind": WriteKind.WRITE,
+            "local_addr": 0,
+            "remote_va": 0,
+            "rkey": 1,
+            "length": length,
+        }
+
+    async def bench(ctx):
+        ctx.set(seg.pmtu_log2, 8)
+        ctx.set(sch.cwnd_open, 0b11)
+        for q in range(2):
+            ctx.set(sch.psn_limit[q], 100_000)
+            await stream_put(ctx, seg.configure, {"qp": q, "psn": 0, "msn": 0, "rqmsn": 0})
+        await stream_put(ctx, seg.work_request, wr(0, 40 * 256))
+        await stream_put(ctx, seg.work_request, wr(1, 8 * 256))
+        for _ in range(6):
+            got.append(await stream_get(ctx, sch.descriptor, stall=0.3, rng=rng))
+        ctx.set(seg.halt, 0b01)  # QP 0 goes to ERROR in the middle of its 40-packet message
+        after_halt = []
+        while len([d for d in got + after_halt if d.qp == 1]) < 8:
+            after_halt.append(await stream_get(ctx, sch.descriptor, stall=0.3, rng=rng))
+        ctx.set(sch.descriptor.ready, 1)
+        for _ in range(30):
+            *_, valid = await ctx.tick().sample(sch.descriptor.valid)
+            assert not valid, "nothing more after QP 1's last packet"
+        ctx.set(sch.descriptor.ready, 0)
+        zero = [d for d in after_halt if d.qp == 0]
+        assert len(zero) <= 1, zero  # the one already asked for
+        # Work requests for QP 0 are taken and dropped while it is in ERROR.
+        for _ in range(3):
+            await stream_put(ctx, seg.work_request, wr(0, 512), stall=0.3, rng=rng)
+        await ctx.tick().repeat(20)
+        assert not ctx.get(sch.descriptor.valid) and ctx.get(seg.has_data) == 0
+        assert ctx.get(seg.stat_flushed) == 1 + 3 and ctx.get(seg.stat_rejected) == 0
+        # Connected again: it sends the next message from the new PSN and MSN.
+        ctx.set(seg.halt, 0)
+        await stream_put(ctx, seg.configure, {"qp": 0, "psn": 500, "msn": 7, "rqmsn": 0})
+        await stream_put(ctx, seg.work_request, wr(0, 512))
+        again = [await stream_get(ctx, sch.descriptor, stall=0.3, rng=rng) for _ in range(2)]
+        assert [(d.qp, d.psn, d.msn) for d in again] == [(0, 500, 7), (0, 501, 7)]
+
+    run(dut, bench, name="segmenter_halt")
