@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 # The venv's bin first: Verilator's makefiles call `python`, and the console scripts live there.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: all venv test test-slow lint verilog demo demo-model bench bench-tx bench-rx clean distclean
+.PHONY: all venv test test-slow lint verilog demo demo-model bench bench-tx bench-rx bench-host clean distclean
 
 all: test
 
@@ -51,7 +51,7 @@ demo-model: $(STAMP)
 		--plots build/demo-model --pcap build/demo-model/failed-link.pcap
 
 # Benchmarks print their figures and write build/bench/<name>.json (recorded in docs/benchmarks.md).
-bench: bench-tx bench-rx
+bench: bench-tx bench-rx bench-host
 
 bench-tx: $(STAMP)
 	$(VPY) -m pytest -p no:xdist -m bench -s -q tb/hdl/tx/test_tx_pipeline.py
@@ -60,6 +60,10 @@ bench-tx: $(STAMP)
 bench-rx: $(STAMP)
 	$(VPY) -m pytest -p no:xdist -m bench -s -q tb/hdl/rx/test_rx_pipeline.py
 	@cat build/bench/rx.json
+
+bench-host: $(STAMP)
+	$(VPY) -m pytest -p no:xdist -m bench -s -q tb/system/test_message_rate.py
+	@cat build/bench/message_rate-3g.json build/bench/message_rate-25g.json
 
 verilog: $(STAMP)
 	$(VPY) -m mrcnic.hdl.generate build/verilog

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ..regmap import CqeKind, CqeStatus
 from .nic import (
+    QPN_BASE,
     Completion,
     DriverError,
     EvProfile,
@@ -38,6 +39,7 @@ __all__ = [
     "MemoryRegion",
     "Nic",
     "PeerAddress",
+    "QPN_BASE",
     "Qp",
     "QpState",
     "QueueFull",

@@ -66,10 +66,16 @@ async def _info(nic: Nic, args) -> None:
 
 
 async def _counters(nic: Nic, args) -> None:
+    ports = await nic.port_counters()
+    _table(
+        [(p, c["rx_frames"], c["rx_bytes"], c["tx_frames"], c["tx_bytes"]) for p, c in enumerate(ports)],
+        ("plane", "rx frames", "rx bytes", "tx frames", "tx bytes"),
+    )
+    print()
     counters = await nic.counters()
     rows = [(name, value) for name, value in counters.items() if value or args.all]
     if not rows:
-        print("every counter is 0 (--all lists them)")
+        print("every event counter is 0 (--all lists them)")
         return
     _table(rows, ("counter", "value"))
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from ..fabric.link import FCS, frame_wire_bytes
 from ..fabric.topology import Fabric, FabricConfig
 from ..model.endpoint import Endpoint
 from ..model.ev import EvSlot
@@ -101,6 +102,30 @@ class _QpContext:
         self.parked: tuple | None = None  # (sq index, status) of a WQE waiting for those in flight
 
 
+class _PortCounter:
+    """Stands between the fabric host and the model endpoint to count what the NIC's plane ports count
+    (docs/registers.md, PORT blocks): frames and bytes (Ethernet header to ICRC, no FCS) delivered to the
+    NIC and put on the wire by it."""
+
+    def __init__(self, endpoint, host, planes: int):
+        self.endpoint = endpoint
+        self.counts = {name: [0] * planes for name in ("rx_frames", "rx_bytes", "tx_frames", "tx_bytes")}
+        for port in host.ports:
+            port.on_tx = self._sent
+
+    def _sent(self, port, frame, now) -> None:
+        self.counts["tx_frames"][port.plane] += 1
+        self.counts["tx_bytes"][port.plane] += frame_wire_bytes(frame) - FCS
+
+    def on_frame(self, frame, plane: int, now: int) -> None:
+        self.counts["rx_frames"][plane] += 1
+        self.counts["rx_bytes"][plane] += frame_wire_bytes(frame) - FCS
+        self.endpoint.on_frame(frame, plane, now)
+
+    def __getattr__(self, name):
+        return getattr(self.endpoint, name)
+
+
 class ModelDevice(Transport):
     def __init__(self, cluster: ModelCluster, host: int, caps: Capabilities, memory_size: int):
         self.cluster, self.host, self.caps = cluster, host, caps
@@ -118,7 +143,8 @@ class ModelDevice(Transport):
             n_evs=caps.ev_slots, backup_evs=caps.backups, window=caps.window
         )
         self.endpoint = Endpoint(host, params, fabric.cfg.info(), fabric.hosts[host], seed=host + 1)
-        fabric.hosts[host].endpoint = self.endpoint
+        self.ports = _PortCounter(self.endpoint, fabric.hosts[host], caps.planes)
+        fabric.hosts[host].endpoint = self.ports
         self.endpoint.on_message_acked = self._message_done
         self.endpoint.on_message_failed = self._message_done
         self.qps = [_QpContext() for _ in range(caps.qps)]
@@ -182,6 +208,8 @@ class ModelDevice(Transport):
             return self.cq_producer & 0xFFFF
         if block.kind == BlockType.COUNTERS:
             return self._counter(name.lower()) & 0xFFFFFFFF
+        if block.kind == BlockType.PORT and name.lower() in self.ports.counts:
+            return self.ports.counts[name.lower()][block.info] & 0xFFFFFFFF
         if block.name == "nic_id" and name == "NOW":
             return (self.cluster.now_ps // CLOCK_PS) & 0xFFFFFFFF
         if register.access == Access.WO:

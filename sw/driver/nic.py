@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..model.ev import EvTable
 from ..regmap import (
@@ -100,18 +100,27 @@ class MemoryRegion:
 
 @dataclass
 class EvProfile:
-    """A QP's EV slots, its backup EVs per plane and its rotation seed (docs/protocol.md §6)."""
+    """A QP's EV slots, its backup EVs per plane and its rotation seed (docs/protocol.md §6).
+
+    ``table``: the reference model's :class:`~mrcnic.model.ev.EvTable` the profile was drawn from, if any
+    (a testbench replays the NIC's path decisions into it)."""
 
     slots: list[int]
     backups: list[list[int]]
     seed: int
+    table: EvTable | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def draw(cls, caps: Capabilities, uplinks: int, seed: int) -> EvProfile:
+    def draw(cls, caps: Capabilities, uplinks: int, seed: int, *, min_active: int | None = None) -> EvProfile:
         """The profile the reference model draws: slots spread evenly over ``uplinks`` T1 uplinks of each
-        plane."""
-        t = EvTable(caps.ev_slots, caps.planes, uplinks, seed=seed, backups=caps.backups)
-        return cls([s.ev for s in t.slots], [list(b) for b in t.backups], t.lfsr_seed)
+        plane. ``min_active``: the floor guard of the model's table (by default the NIC's reset value of
+        MIN_ACTIVE)."""
+        if min_active is None:
+            min_active = max(1, caps.ev_slots // 4)
+        t = EvTable(
+            caps.ev_slots, caps.planes, uplinks, seed=seed, backups=caps.backups, min_active=min_active
+        )
+        return cls([s.ev for s in t.slots], [list(b) for b in t.backups], t.lfsr_seed, t)
 
 
 @dataclass
@@ -233,6 +242,7 @@ class Qp:
         self.outstanding = 0
         self.peer: PeerAddress | None = None
         self.profile: EvProfile | None = None
+        self.psn = self.peer_psn = None  # first PSNs of the two directions, once connected
 
     @property
     def sq_depth(self) -> int:
@@ -319,7 +329,7 @@ class Qp:
             },
         )
         await regs.push("connect", {"QP": self.index, "PSN": psn, "MSN": 0, "RQMSN": 0})
-        self.peer = peer
+        self.peer, self.psn, self.peer_psn = peer, psn, peer_psn
         self.state = QpState.RTS
 
     async def post_write(self, local_addr: int, remote_va: int, rkey: int, length: int, *, wr_id=None) -> int:
@@ -428,6 +438,14 @@ class Nic:
     async def counters(self) -> dict[str, int]:
         block, _ = self.regs.block("counters")
         return {r.name.lower(): await self.regs.read("counters", r.name) for r in block.registers}
+
+    async def port_counters(self) -> list[dict[str, int]]:
+        """Per plane port: frames and bytes received and transmitted (mod 2^32)."""
+        names = ("RX_FRAMES", "RX_BYTES", "TX_FRAMES", "TX_BYTES")
+        return [
+            {name.lower(): await self.regs.read(f"port{p}", name) for name in names}
+            for p in range(self.caps.planes)
+        ]
 
     # -- configuration ----------------------------------------------------------------------------
     async def set_addresses(

@@ -21,15 +21,10 @@ class Pair:
         self.hosts, self.uplinks = hosts, uplinks
 
 
-async def open_pair(transports, hosts, *, uplinks: int, half: int, seed: int, prepare=None) -> Pair:
-    """Open both NICs, give them addresses and routes to each other, and connect one QP on each.
-    ``prepare(nic, index)``: a coroutine run on each NIC after it is opened (backend-specific settings,
-    e.g. timers for the simulated fabric)."""
+async def open_pair(transports, hosts, *, uplinks: int, half: int, seed: int) -> Pair:
+    """Open both NICs, give them addresses and routes to each other, and connect one QP on each."""
     a = await driver.open(transports[0], cq_depth=64)
     b = await driver.open(transports[1], cq_depth=64)
-    if prepare is not None:
-        await prepare(a, 0)
-        await prepare(b, 1)
     qa, qb = await connect_over_fabric(a, b, tuple(hosts), uplinks=uplinks, hosts_per_t0=half, seed=seed)
     return Pair(a, b, qa, qb, hosts, uplinks)
 

@@ -11,14 +11,12 @@ import cocotb
 import pytest
 
 from mrcnic import driver
-from mrcnic.driver.cocotb_backend import CocotbTransport
 from mrcnic.driver.model_backend import ModelCluster
-from mrcnic.hdl.host.nic_top import MrcNicTop
 
 from . import scenarios
 from support.cocotb_runner import run_cocotb
 from system.bench import NicBench, SystemConfig
-from system.cluster import NicCluster
+from system.cluster import BUILD_NAME, design
 
 
 def new_seed() -> int:
@@ -80,44 +78,17 @@ def test_open_urls():
 
 # -- the same scenarios on two simulated RTL NICs (MrcNicTop, Verilator) on the Python fabric ----------
 
-RTL_CONFIG = SystemConfig(host_interface=True)
-
-
-def _rtl_setup(dut, **config):
-    cfg = SystemConfig(host_interface=True, seed=cocotb.RANDOM_SEED, **config)
-    bench = NicBench(dut, cfg)
-    transports = [
-        CocotbTransport(dut, f"nic{i}__", nic.ram, memory_base=0x1000, memory_size=cfg.memory - 0x1000)
-        for i, nic in enumerate(bench.nics)
-    ]
-
-    async def prepare(nic, index):
-        """The timers of the simulated fabric and the port addresses (what NicBench.registers gives the
-        cores), written through the driver."""
-        regs = bench.registers(bench.nics[index])
-        config = regs.pop("config")
-        await nic.set_parameters(**{k: v for k, v in regs.items()})
-        await nic.set_parameters(
-            hop_limit=config["hop_limit"], dscp_data=config["dscp_data"], dscp_retx=config["dscp_retx"]
-        )
-        await nic.set_addresses(
-            gid=config["own_gid"],
-            port_macs=config["port_mac"],
-            next_hop_macs=config["next_hop_mac"],
-            port_addresses=config["port_address"],
-        )
-
-    return bench, transports, prepare
+RTL_CONFIG = SystemConfig()
 
 
 async def _rtl_pair(dut, **config):
-    bench, transports, prepare = _rtl_setup(dut, **config)
-    await bench.start()
-    fc = bench.fabric.cfg
-    hosts = [nic.host for nic in bench.nics]
-    pair = await scenarios.open_pair(
-        transports, hosts, uplinks=fc.t1_count, half=fc.half, seed=cocotb.RANDOM_SEED, prepare=prepare
-    )
+    """Two RTL NICs on the fabric, opened and configured by the bench through the driver, one QP each
+    connected (also through the driver)."""
+    bench = NicBench(dut, SystemConfig(seed=cocotb.RANDOM_SEED, **config))
+    await bench.start(cq_depth=64)
+    a, b = bench.nics
+    qa, qb = await bench.connect(a, b)
+    pair = scenarios.Pair(a.driver, b.driver, qa, qb, [a.host, b.host], bench.fabric.cfg.t1_count)
     return bench, pair
 
 
@@ -166,11 +137,9 @@ async def rtl_peer_stops_answering(dut):
 
 def test_rtl_backend():
     params = RTL_CONFIG.build_params()
-    keys = ("data_width", "planes", "qps", "ev_slots", "backups", "window")
-    nic_params = {**{k: params[k] for k in keys}, **{"destinations": params["destinations"]}}
     run_cocotb(
-        lambda: NicCluster(params["nics"], component=MrcNicTop, **nic_params, clock_hz=250_000_000),
-        name="nic_top_cluster",
+        design(params),
+        name=BUILD_NAME,
         module="driver.test_driver",
         params=params,
         testcase=[

@@ -11,6 +11,11 @@ simulator's time every few clock cycles and whenever a frame crosses between the
   buffer), so the NIC's plane FIFOs fill and its path selector sees the plane as not ready;
 * a frame the fabric delivers to the host is encoded and fed to ``s_axis[p]`` at one beat per cycle.
 
+The NICs are whole NICs (:class:`~mrcnic.hdl.host.nic_top.MrcNicTop`): every test configures and drives
+them only through the ``mrcnic`` driver (``RtlNic.driver``: registers over AXI4-Lite, queues in the
+host memory), as software drives a board. The bench only moves frames, injects faults and watches the
+NIC's path-decision port for the scoreboards.
+
 Per-cycle Python work is kept small: the frame movers sleep on events while there is nothing to move,
 and the fabric is advanced in steps of :data:`FABRIC_STEP_CYCLES`. ``sim_cycles_per_s`` (simulated
 cycles per wall second) is measured and reported by the tests.
@@ -25,30 +30,28 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import cocotb
-from amaranth.hdl import Const
-from amaranth.lib import data
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, Event, RisingEdge
 from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiBus, AxiRam
 
-from mrcnic import wire
+from mrcnic import driver, wire
+from mrcnic.driver.cocotb_backend import CocotbTransport
+from mrcnic.driver.fabric_setup import connect_over_fabric
 from mrcnic.fabric.topology import LOCATOR, Fabric, FabricConfig
 from mrcnic.hdl.host.nic_top import MrcNicTop
-from mrcnic.hdl.nic import STATS, MrcNic, layout_only
-from mrcnic.hdl.tx.layouts import WriteKind
-from mrcnic.hdl.tx.path_selector import EvState
+from mrcnic.hdl.nic import layout_only
 from mrcnic.model.endpoint import gid, host_mac
-from mrcnic.model.ev import EvTable
 from mrcnic.model.params import wire_bytes
 
 from .scoreboard import PathScoreboard, ReceiveModel, SackScoreboard
-from support.layouts import pack, unpack
+from support.layouts import unpack
 
 __all__ = ["CLOCK_PS", "NicBench", "RtlNic", "SystemConfig"]
 
 CLOCK_PS = 4000  # 250 MHz core clock
 FABRIC_STEP_CYCLES = 8
+DRIVER_MEMORY_BASE = 0x1000  # the driver allocates rings and buffers from here to the end of the memory
 
 
 @dataclass
@@ -73,9 +76,6 @@ class SystemConfig:
     loss: float = 0.0
     seed: int = 1
     fabric: dict = field(default_factory=dict)  # other FabricConfig fields
-    # False: the NIC cores, configured through their streams; True: whole NICs (MrcNicTop) that the
-    # driver drives through registers and queues in host memory
-    host_interface: bool = False
 
     def nic_params(self) -> dict:
         return dict(
@@ -91,10 +91,7 @@ class SystemConfig:
 
     def build_params(self) -> dict:
         """What identifies the Verilator build (shared by every test with the same values)."""
-        params = {"nics": self.nics, **{k: v for k, v in self.nic_params().items() if k != "clock_hz"}}
-        if self.host_interface:
-            params["host_interface"] = True
-        return params
+        return {"nics": self.nics, **{k: v for k, v in self.nic_params().items() if k != "clock_hz"}}
 
     def fabric_config(self) -> FabricConfig:
         return FabricConfig(
@@ -108,16 +105,6 @@ class SystemConfig:
             mtu=self.pmtu,
             **self.fabric,
         )
-
-
-def _port_value(member) -> int:
-    """The integer a register input takes by default: its ``init`` in the NIC's signature."""
-    init = member.init
-    if init is None:
-        return 0
-    if isinstance(member.shape, data.Layout):
-        return Const.cast(data.Layout.cast(member.shape).const(init)).value
-    return int(Const.cast(init).value) if not isinstance(init, int) else init
 
 
 def now_ps() -> int:
@@ -252,51 +239,8 @@ class RecordMonitor:
                     self.on_record(record)
 
 
-class StreamWriter:
-    """An input stream with a queue; sleeps while the queue is empty."""
-
-    def __init__(self, dut, name: str):
-        self.clk = dut.clk
-        self.valid = getattr(dut, f"{name}__valid")
-        self.ready = getattr(dut, f"{name}__ready")
-        self.payload = getattr(dut, f"{name}__payload")
-        self.valid.value = 0
-        self.queue: deque[int] = deque()
-        self.wake = Event()
-        self.done = Event()
-
-    def start(self) -> None:
-        """Begin moving data (after reset: a frame half-sent before reset must not be picked up)."""
-        cocotb.start_soon(self._run())
-
-    def put(self, value: int) -> None:
-        self.queue.append(value)
-        self.done.clear()
-        self.wake.set()
-
-    async def drain(self) -> None:
-        if self.queue or self.valid.value:
-            await self.done.wait()
-
-    async def _run(self):
-        while True:
-            if not self.queue:
-                self.valid.value = 0
-                self.done.set()
-                self.wake.clear()
-                await self.wake.wait()
-                await RisingEdge(self.clk)
-                continue
-            self.payload.value = self.queue.popleft()
-            self.valid.value = 1
-            while True:
-                await RisingEdge(self.clk)
-                if self.ready.value:
-                    break
-
-
 class RtlNic:
-    """One NIC of the cluster on host ``host`` of the fabric: memory, ports, configuration, records.
+    """One NIC of the cluster on host ``host`` of the fabric: memory, ports, its driver, records.
 
     It is also the fabric host's *endpoint* (``on_frame``, ``next_data``, ``set_port``).
     """
@@ -316,6 +260,15 @@ class RtlNic:
         )
         self.ram.write_if.log.setLevel(logging.WARNING)
         self.ram.read_if.log.setLevel(logging.WARNING)
+        self.transport = CocotbTransport(
+            dut,
+            f"{self.prefix}__",
+            self.ram,
+            memory_base=DRIVER_MEMORY_BASE,
+            memory_size=cfg.memory - DRIVER_MEMORY_BASE,
+            name=self.prefix,
+        )
+        self.driver: driver.Nic | None = None  # opened by NicBench.start
         self.fabric_host = bench.fabric.hosts[host]
         self.fabric_host.endpoint = self
         self.ports = self.fabric_host.ports
@@ -333,20 +286,6 @@ class RtlNic:
         for p, port in enumerate(self.ports):
             # The MAC takes the next frame while one is on the wire: wake the port when its queue empties.
             port.on_tx = lambda _port, _frame, _now, p=p: self.outputs[p].resume()
-        self.writers = {}
-        for name, member in self.members.items():
-            if member.is_signature and "valid" in member.signature.members:
-                if member.flow.name == "In":
-                    self.writers[name] = StreamWriter(dut, f"{self.prefix}__{name}")
-        # The core's completion streams (a whole NIC turns them into CQEs in host memory instead).
-        self.monitors = []
-        if "ack" in self.members:
-            self.acks = RecordMonitor(dut, f"{self.prefix}__ack", self.layout("ack"), self._on_ack)
-            self.send_errors = RecordMonitor(dut, f"{self.prefix}__send_error", self.layout("send_error"))
-            self.receive_completions = RecordMonitor(
-                dut, f"{self.prefix}__receive_completion", self.layout("receive_completion")
-            )
-            self.monitors = [self.acks, self.send_errors, self.receive_completions]
         # Reference-model scoreboards (tb/system/scoreboard.py); NicBench.connect attaches the QPs.
         self.paths = PathScoreboard(self.prefix, cfg.ev_slots, bench.stale_ev_grace_ps)
         self.sacks = SackScoreboard(self.prefix)
@@ -366,59 +305,40 @@ class RtlNic:
         # fault(nic, plane, frame, raw) -> [(raw, intact)]: what reaches the NIC instead of the frame
         # (nothing: dropped before the NIC, e.g. by the MAC on a bad FCS; two copies; corrupted bytes)
         self.fault = None
-        self.acked_msn: dict[int, int] = {}
-        self.ack_waiters: list = []
 
     def start(self) -> None:
-        movers = [*self.inputs, *self.outputs, *self.writers.values()]
-        movers += [*self.monitors, self.path_trace]
-        for mover in movers:
+        for mover in [*self.inputs, *self.outputs, self.path_trace]:
             mover.start()
-
-    # -- helpers ---------------------------------------------------------------------------------
-    def layout(self, name):
-        return self.members[name].signature.members["payload"].shape
+        self.signal("link_up").value = self.port_up
 
     def signal(self, name):
         return getattr(self.dut, f"{self.prefix}__{name}")
 
-    def put(self, name: str, fields: dict) -> None:
-        self.writers[name].put(pack(self.layout(name), fields))
+    def _moved(self) -> dict:
+        return {
+            "rx_frames": [i.frames for i in self.inputs],
+            "rx_bytes": [i.bytes for i in self.inputs],
+            "tx_frames": list(self.sent_frames),
+            "tx_bytes": list(self.sent_bytes),
+        }
 
-    async def drain(self) -> None:
-        for writer in self.writers.values():
-            await writer.drain()
-
-    def set_registers(self, overrides: dict) -> None:
-        for name, member in self.members.items():
-            if member.is_port and member.flow.name == "In":
-                value = overrides[name] if name in overrides else _port_value(member)
-                if isinstance(value, dict):
-                    value = pack(member.shape, value)
-                self.signal(name).value = value
-
-    def port_counter_errors(self) -> list[str]:
-        """The NIC's per-plane frame and byte counters against what the bench moved (after quiesce())."""
+    async def port_counter_errors(self) -> list[str]:
+        """The NIC's per-plane frame and byte counters, read through the driver, against what the bench
+        moved (after :meth:`NicBench.quiesce`). The registers are read one after the other while a late
+        probe may still leave: each must lie between the bench's counts before and after the reads."""
+        before = self._moved()
+        ports = await self.driver.port_counters()
+        after = self._moved()
         errors = []
-        for direction, frames, nbytes in (
-            ("rx", [i.frames for i in self.inputs], [i.bytes for i in self.inputs]),
-            ("tx", self.sent_frames, self.sent_bytes),
-        ):
-            for unit, want in (("frames", frames), ("bytes", nbytes)):
-                raw = int(self.signal(f"stat_port_{direction}_{unit}").value)
-                got = [(raw >> (32 * p)) & 0xFFFFFFFF for p in range(self.planes)]
-                if got != [w & 0xFFFFFFFF for w in want]:
-                    errors.append(f"{self.prefix} port {direction} {unit}: NIC {got}, moved {want}")
+        for name in before:
+            got = [c[name] for c in ports]
+            low = [v & 0xFFFFFFFF for v in before[name]]
+            high = [v & 0xFFFFFFFF for v in after[name]]
+            if not all(lo <= g <= hi for lo, g, hi in zip(low, got, high, strict=True)):
+                errors.append(f"{self.prefix} port {name}: NIC {got}, moved {low}..{high}")
         if any(i.busy or i.queue for i in self.inputs):
             errors.append(f"{self.prefix}: frames still waiting at its ports after quiesce")
         return errors
-
-    def counters(self) -> dict[str, int]:
-        out = {}
-        for block, names in STATS.items():
-            for name in names:
-                out[f"{block}_{name}"] = int(self.signal(f"stat_{block}_{name}").value)
-        return out
 
     # -- fabric endpoint -------------------------------------------------------------------------
     def on_frame(self, frame, plane: int, now: int) -> None:
@@ -443,7 +363,7 @@ class RtlNic:
 
     def set_port(self, plane: int, up: bool) -> None:
         self.port_up = (self.port_up | (1 << plane)) if up else (self.port_up & ~(1 << plane))
-        self.signal("link_up" if "link_up" in self.members else "plane_up").value = self.port_up
+        self.signal("link_up").value = self.port_up
         self.outputs[plane].resume()
 
     def _mac_has_room(self, plane: int) -> bool:
@@ -467,17 +387,13 @@ class RtlNic:
                 self.sacks.on_control(qp, frame, now)
         self.ports[plane].enqueue(frame, now)
 
-    def _on_ack(self, record) -> None:
-        self.acked_msn[int(record.qp)] = int(record.msn)
-
 
 class NicBench:
-    """The system: clock, reset, the fabric, one :class:`RtlNic` per cluster NIC."""
+    """The system: clock, reset, the fabric, one :class:`RtlNic` per cluster NIC, each with its driver."""
 
     def __init__(self, dut, cfg: SystemConfig):
         self.dut, self.cfg = dut, cfg
-        component = MrcNicTop if cfg.host_interface else MrcNic
-        self.nic_model = layout_only(component(**cfg.nic_params()))
+        self.nic_model = layout_only(MrcNicTop(**cfg.nic_params()))
         self.fabric = Fabric(cfg.fabric_config())
         self.rng = random.Random(cfg.seed)
         cocotb.start_soon(Clock(dut.clk, CLOCK_PS, unit="ps").start())
@@ -494,6 +410,7 @@ class NicBench:
         self.wall_start = None
         self.cycles_start = 0
         self.paused = False
+        self.connections = 0
 
     def advance(self, now: int | None = None) -> None:
         if not self.paused:
@@ -513,26 +430,18 @@ class NicBench:
             await ClockCycles(self.dut.clk, FABRIC_STEP_CYCLES)
             self.advance()
 
-    def registers(self, nic: RtlNic) -> dict:
-        """Register values for a NIC on this fabric (times from the fabric's base RTT)."""
+    def parameters(self) -> dict:
+        """NIC parameters (register names, ``Nic.set_parameters``) for this fabric: timers from its
+        base RTT, the congestion window from its bandwidth-delay product."""
         cfg = self.cfg
         cycle_ps = CLOCK_PS
         rtt = self.base_rtt_ps
         target = 0.75 * rtt
         plane_bdp = cfg.link_rate_bps * rtt / 8e12
         return {
-            "config": {
-                "srv6": 1,
-                "udp_port": wire.MRC_UDP_PORT,
-                "pkey": 0xFFFF,
-                "hop_limit": 8,
-                "dscp_data": wire.Dscp.TRIMMABLE,
-                "dscp_retx": wire.Dscp.TRIMMABLE_RETX,
-                "own_gid": gid(nic.host),
-                "port_mac": [host_mac(nic.host, p) for p in range(cfg.planes)],
-                "next_hop_mac": [0x02FF00000000 | p for p in range(cfg.planes)],
-                "port_address": [wire.port_address(LOCATOR, p, nic.host) for p in range(cfg.planes)],
-            },
+            "hop_limit": 8,
+            "dscp_data": wire.Dscp.TRIMMABLE,
+            "dscp_retx": wire.Dscp.TRIMMABLE_RETX,
             "pmtu_log2": cfg.pmtu.bit_length() - 1,
             # one PMTU packet waiting per plane inside the NIC (the MAC holds the one on the wire)
             "plane_queue_beats": -(-(138 + cfg.pmtu + 4) // cfg.data_width),
@@ -551,13 +460,24 @@ class NicBench:
             "base_rtt_cycles": round(rtt / cycle_ps),
         }
 
-    async def start(self, overrides: dict | None = None):
+    async def configure(self, nic: RtlNic, overrides: dict | None = None) -> None:
+        """Through the driver: the parameters for this fabric (``overrides`` replace some) and the
+        NIC's addresses on it (GID, port MACs, the next hop's MACs, the SRv6 port addresses)."""
+        cfg = self.cfg
+        await nic.driver.set_parameters(**{**self.parameters(), **(overrides or {})})
+        await nic.driver.set_addresses(
+            gid=gid(nic.host),
+            port_macs=[host_mac(nic.host, p) for p in range(cfg.planes)],
+            next_hop_macs=[0x02FF00000000 | p for p in range(cfg.planes)],
+            port_addresses=[wire.port_address(LOCATOR, p, nic.host) for p in range(cfg.planes)],
+        )
+
+    async def start(self, overrides: dict | None = None, *, cq_depth: int = 256):
+        """Reset, start the frame movers and the fabric, open every NIC's driver and configure it."""
         dut = self.dut
         dut.rst.value = 1
         for nic in self.nics:
-            regs = self.registers(nic)
-            regs.update(overrides or {})
-            nic.set_registers(regs)
+            nic.signal("link_up").value = nic.port_up
         await ClockCycles(dut.clk, 4)
         dut.rst.value = 0
         for nic in self.nics:
@@ -567,138 +487,46 @@ class NicBench:
         cocotb.start_soon(self._fabric_clock())
         self.wall_start = time.monotonic()
         self.cycles_start = now_ps() // CLOCK_PS
+        for nic in self.nics:
+            nic.driver = await driver.open(nic.transport, cq_depth=cq_depth)
+            await self.configure(nic, overrides)
 
     def sim_cycles_per_s(self) -> float:
         cycles = now_ps() // CLOCK_PS - self.cycles_start
         return cycles / max(1e-9, time.monotonic() - self.wall_start)
 
-    # -- connection set-up (what the driver of issue 7 will do through registers and rings) -----
-    def qpn(self, qp: int) -> int:
-        return 0x100 | qp  # the low bits index the QP tables
-
     def qp_index(self, qpn: int) -> int | None:
         """Our QP index of QPN ``qpn`` (None: not one of ours)."""
-        qp = qpn - 0x100
+        qp = qpn - driver.QPN_BASE
         return qp if 0 <= qp < self.cfg.qps else None
 
-    def connect(self, a: RtlNic, qa: int, b: RtlNic, qb: int, *, psn_a=None, psn_b=None, seed=0):
-        """Connect QP ``qa`` of NIC ``a`` with QP ``qb`` of NIC ``b`` (both directions). Returns the EV
-        tables (the reference model's, also used as the configuration) of a and b."""
-        cfg = self.cfg
-        psn = {a: self.rng.randrange(1 << 24) if psn_a is None else psn_a}
-        psn[b] = self.rng.randrange(1 << 24) if psn_b is None else psn_b
+    async def connect(self, a: RtlNic, b: RtlNic, *, seed: int | None = None, sq_depth: int = 64):
+        """A connected QP on each of ``a`` and ``b`` (route templates, EV profiles, random first PSNs),
+        set up through the drivers; the scoreboards take the EV tables the profiles were drawn from, the
+        first PSNs and the QPNs. Returns the two driver QPs."""
+        if seed is None:
+            seed = self.cfg.seed * 1000 + self.connections
+        self.connections += 1
         info = self.fabric.cfg
-        tables = []
-        for me, q, peer, pq in ((a, qa, b, qb), (b, qb, a, qa)):
-            dest = peer.index
-            template = wire.RouteTemplate.for_clos(
-                LOCATOR, me.host // info.half, peer.host // info.half, peer.host
-            )
-            usids = list(template.usids) + [0] * (6 - len(template.usids))
-            me.put(
-                "route_configure",
-                {
-                    "dest": dest,
-                    "template": {
-                        "locator": template.locator,
-                        "usids": usids,
-                        "count": len(template.usids),
-                        "t1_slot": template.t1_slot,
-                    },
-                },
-            )
-            me.put(
-                "tx_qp_configure",
-                {
-                    "qp": q,
-                    "context": {
-                        "qpn": self.qpn(q),
-                        "peer_qpn": self.qpn(pq),
-                        "peer_gid": gid(peer.host),
-                        "dest": dest,
-                    },
-                },
-            )
-            table = EvTable(
-                cfg.ev_slots,
-                cfg.planes,
-                info.t1_count,
-                seed=seed * 1000 + me.index * 10 + q + 1,
-                backups=cfg.backups,
-                min_active=max(1, cfg.ev_slots // 4),
-            )
-            tables.append(table)
-            me.paths.attach(q, table)
-            me.sacks.attach(q, psn[peer])
-            me.receive_model.attach(q, self.qpn(q), self.qpn(pq), psn[peer])
-            me.peer_qp[self.qpn(pq)] = q
-            me.put("ev_seed", {"qp": q, "seed": table.lfsr_seed})
-            for slot, entry in enumerate(table.slots):
-                me.put("ev_configure", {"qp": q, "slot": slot, "ev": entry.ev, "state": EvState.GOOD})
-            for plane, evs in enumerate(table.backups):
-                for index, ev in enumerate(evs):
-                    me.put(
-                        "reserve_configure", {"qp": q, "plane": plane, "index": index, "ev": ev, "valid": 1}
-                    )
-            me.put("connect", {"qp": q, "psn": psn[me], "msn": 0, "rqmsn": 0})
-            me.put(
-                "rx_qp_configure",
-                {
-                    "qp": q,
-                    "entry": {
-                        "connected": 1,
-                        "qpn": self.qpn(q),
-                        "peer_qpn": self.qpn(pq),
-                        "peer_gid": gid(peer.host),
-                        "dest": dest,
-                        "pd": 1,
-                        "pmtu_log2": cfg.pmtu.bit_length() - 1,
-                    },
-                    "initial_psn": psn[peer],
-                    "initial_rqmsn": 0,
-                },
-            )
-        return tables
-
-    def register_memory(self, nic: RtlNic, index: int, base: int, length: int, tag: int = 0x5A) -> int:
-        """A memory region writable by the peer; returns its R_Key (low bits = table index)."""
-        rkey = (tag << 8) | index
-        nic.receive_model.register(rkey, base, length)
-        nic.put(
-            "mr_configure",
-            {
-                "index": index,
-                "entry": {
-                    "valid": 1,
-                    "rkey": rkey,
-                    "pd": 1,
-                    "remote_write": 1,
-                    "base": base,
-                    "length": length,
-                },
-            },
+        qa, qb = await connect_over_fabric(
+            a.driver,
+            b.driver,
+            (a.host, b.host),
+            uplinks=info.t1_count,
+            hosts_per_t0=info.half,
+            seed=seed,
+            sq_depth=sq_depth,
         )
-        return rkey
+        for me, q, peer_q in ((a, qa, qb), (b, qb, qa)):
+            me.paths.attach(q.index, q.profile.table)
+            me.sacks.attach(q.index, q.peer_psn)
+            me.receive_model.attach(q.index, q.qpn, peer_q.qpn, q.peer_psn)
+            me.peer_qp[peer_q.qpn] = q.index
+        return qa, qb
 
-    def post_write(self, nic: RtlNic, qp: int, local: int, remote: int, rkey: int, length: int, imm=None):
-        nic.put(
-            "work_request",
-            {
-                "qp": qp,
-                "kind": WriteKind.WRITE if imm is None else WriteKind.WRITE_IMM,
-                "local_addr": local,
-                "remote_va": remote,
-                "rkey": rkey,
-                "length": length,
-                "imm": imm or 0,
-            },
-        )
-
-    async def wait_acked(self, nic: RtlNic, qp: int, msn: int, timeout_cycles: int) -> bool:
-        """Until the sender has the transport ACK of message ``msn`` (or later) on ``qp``."""
-        for _ in range(timeout_cycles // 256):
-            got = nic.acked_msn.get(qp)
-            if got is not None and ((got - msn) & 0xFFFF) < 0x8000:
-                return True
-            await ClockCycles(self.dut.clk, 256)
-        return False
+    async def register_memory(self, nic: RtlNic, address: int, length: int):
+        """A memory region of ``nic`` the peer may write, through the driver; the receive scoreboard
+        learns it too."""
+        mr = await nic.driver.register_memory(address, length)
+        nic.receive_model.register(mr.rkey, address, length)
+        return mr

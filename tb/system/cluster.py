@@ -1,4 +1,4 @@
-"""Several MRC NIC cores in one Verilator model, for system tests: ports ``nic<i>__<port>``.
+"""Several MRC NICs in one Verilator model, for system tests: ports ``nic<i>__<port>``.
 
 One simulation with all NICs shares one clock and one cocotb process; the fabric between them is Python
 (:mod:`mrcnic.fabric`), driven by :mod:`system.bench`.
@@ -8,16 +8,18 @@ from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from mrcnic.hdl.nic import MrcNic
+from mrcnic.hdl.host.nic_top import MrcNicTop
 
-__all__ = ["NicCluster"]
+__all__ = ["BUILD_NAME", "NicCluster", "design"]
+
+BUILD_NAME = "nic_cluster"  # one Verilator build per configuration, shared by the system and driver tests
 
 
 class NicCluster(wiring.Component):
-    """``count`` NICs: the core (``MrcNic``, configured through its streams) or, with
-    ``component=MrcNicTop``, the whole NIC behind its registers and queues (driven by the driver)."""
+    """``count`` whole NICs (``MrcNicTop``: registers, queues in host memory, the core), or ``count``
+    instances of another ``component`` taking the same parameters."""
 
-    def __init__(self, count: int, component=MrcNic, **nic_params):
+    def __init__(self, count: int, component=MrcNicTop, **nic_params):
         self.count = count
         self.nic_params = nic_params
         self._nics = [component(**nic_params) for _ in range(count)]
@@ -38,3 +40,9 @@ class NicCluster(wiring.Component):
                 else:
                     m.d.comb += port.eq(inner)
         return m
+
+
+def design(params: dict):
+    """The cluster of a system configuration's ``build_params()`` (``system.bench.SystemConfig``)."""
+    nic_params = {k: v for k, v in params.items() if k != "nics"}
+    return lambda: NicCluster(params["nics"], **nic_params, clock_hz=250_000_000)

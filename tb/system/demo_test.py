@@ -38,7 +38,7 @@ async def demo(dut):
     for plane in range(cfg.planes):
         for port in bench.fabric.links[("host", plane, a.host)]:
             port.capture = capture
-    transfer = Transfer(bench, size, message_size=message, remote_base=1 << 20)
+    transfer = Transfer(bench, size, message_size=message)
     ideal_ps = size * 8e12 / theoretical_goodput_bps(cfg)
     link = ("t0t1", 1, a.host // bench.fabric.cfg.half, 0)  # plane 1, A's T0 to T1 0
     events = {}
@@ -53,12 +53,11 @@ async def demo(dut):
             events[name] = at
             fabric.loop.at(at, lambda now, up=up: fabric.set_link(link, up))
         while True:
-            acked = a.acked_msn.get(0)
-            done = 0.0 if acked is None else min(1.0, (acked + 1) * message / size)
+            done = min(1.0, transfer.messages_done * message / size)
             sim_us = (now_ps() - start) / 1e6
             sys.stdout.write(f"\r  {_bar(done)}  {sim_us:8.1f} us simulated  ")
             sys.stdout.flush()
-            if done >= 1.0:
+            if done >= 1.0 or transfer.result.end_ps:
                 break
             await ClockCycles(dut.clk, 5000)
         sys.stdout.write("\n")

@@ -12,7 +12,8 @@ sys.path.insert(0, str(ROOT / "tb"))
 
 from support.cocotb_runner import run_cocotb  # noqa: E402
 from system import report  # noqa: E402
-from system.test_system import BASE, design  # noqa: E402
+from system.cluster import BUILD_NAME, design  # noqa: E402
+from system.test_system import BASE  # noqa: E402
 
 
 def main() -> int:
@@ -27,7 +28,7 @@ def main() -> int:
     os.environ.setdefault("SEED", "1")
     run_cocotb(
         design(params),
-        name="nic_cluster",
+        name=BUILD_NAME,
         module="system.demo_test",
         params=params,
         testcase="demo",

@@ -1,6 +1,9 @@
 """One RDMA WRITE transfer between two RTL NICs over the fabric, verified byte for byte, with figures.
 
-Used by the system tests and by ``make demo``. The figures:
+Used by the system tests and by ``make demo``. Everything goes through the ``mrcnic`` driver, as an
+application would: connect a QP on each NIC, register the destination memory, post the WRITEs (every
+``imm_every``-th one with immediate data, for a receive posted at the peer) into the send queue, ring the
+doorbell, poll the completion queues. The figures:
 
 * ``goodput_fraction``: payload bytes / (time from the first data frame to the last ACK), divided by
   the theoretical limit, which is every plane link busy with full-PMTU data frames (headers, ICRC, FCS,
@@ -16,13 +19,15 @@ from dataclasses import dataclass, field
 import cocotb
 from cocotb.triggers import ClockCycles
 
+from mrcnic.driver import CqeKind, CqeStatus
 from mrcnic.model.params import wire_bytes
 
-from .bench import NicBench, now_ps
+from .bench import CLOCK_PS, NicBench, now_ps
 
 __all__ = ["Transfer", "TransferResult", "theoretical_goodput_bps"]
 
 GUARD = 4096  # bytes checked untouched on each side of the destination region
+POLL_CYCLES = 64  # how often the host polls its completion queues
 
 
 def theoretical_goodput_bps(cfg) -> float:
@@ -35,7 +40,10 @@ class TransferResult:
     size: int
     messages: int
     data_verified: bool = False
-    completed: bool = False
+    completed: bool = False  # every WRITE completed SUCCESS at the sender
+    completions: list = field(default_factory=list)  # the sender's completions, in order
+    receive_completions: list = field(default_factory=list)  # the receiver's (WRITE-with-immediate)
+    receive_completions_verified: bool = False  # one per WRITE_IMM, in order, immediate and length right
     start_ps: int = 0
     end_ps: int = 0
     goodput_bps: float = 0.0
@@ -57,29 +65,23 @@ class TransferResult:
 
 
 class Transfer:
-    """``size`` bytes from NIC ``a`` (QP ``qp``) to NIC ``b`` in messages of ``message_size``."""
+    """``size`` bytes from NIC ``a`` to NIC ``b`` in messages of ``message_size`` on a new QP pair."""
 
-    def __init__(
-        self,
-        bench: NicBench,
-        size: int,
-        *,
-        message_size: int = 65536,
-        qp: int = 0,
-        local: int = 0,
-        remote_base: int = 0x10_0000,
-        imm_every: int = 4,
-    ):
-        self.bench, self.size, self.message_size, self.qp = bench, size, message_size, qp
-        self.local, self.remote_base = local, remote_base
+    def __init__(self, bench: NicBench, size: int, *, message_size: int = 65536, imm_every: int = 4):
+        self.bench, self.size, self.message_size = bench, size, message_size
         self.imm_every = imm_every
         self.a, self.b = bench.nics[0], bench.nics[1]
         self.result = TransferResult(size=size, messages=-(-size // message_size))
+        self.qa = self.qb = None
         self.a.on_transmit = self._on_transmit
         self.b.on_receive = self._on_receive
 
+    @property
+    def messages_done(self) -> int:
+        return len(self.result.completions)
+
     def _on_receive(self, nic, plane, frame, now):
-        if frame.opcode.is_write and frame.bth.dest_qp == self.bench.qpn(self.qp):
+        if self.qb is not None and frame.opcode.is_write and frame.bth.dest_qp == self.qb.qpn:
             self.result.arrivals.append((now, plane, frame.bth.psn, len(frame.payload), int(frame.trimmed)))
 
     def _on_transmit(self, nic, plane, frame, now):
@@ -93,54 +95,80 @@ class Transfer:
             r.timeline.append((now, plane, len(frame.payload), frame.bth.rtx, frame.ev))
 
     async def run(self, timeout_cycles: int, during=None) -> TransferResult:
-        """Set up, post every message, wait for the last ACK (``during``: a coroutine run meanwhile)."""
+        """Set up, post every message, poll until each has its completion (``during``: a coroutine run
+        meanwhile); then verify memory, completions, counters and the model's view."""
         bench, a, b, r = self.bench, self.a, self.b, self.result
         cfg = bench.cfg
         r.plane_frames = [0] * cfg.planes
         rng = bench.rng
-        bench.connect(a, self.qp, b, self.qp)
-        region = self.remote_base - GUARD
-        rkey = bench.register_memory(b, 0, region, self.size + 2 * GUARD)
+        self.qa, self.qb = qa, qb = await bench.connect(a, b)
+        local = a.driver.memory.allocate(self.size)
+        region = b.driver.memory.allocate(self.size + 2 * GUARD)
+        mr = await bench.register_memory(b, region, self.size + 2 * GUARD)
+        remote = region + GUARD
         source = rng.randbytes(self.size)
-        a.ram.write(self.local, source)
+        a.ram.write(local, source)
         before = rng.randbytes(self.size + 2 * GUARD)
         b.ram.write(region, before)
-        await a.drain()
-        await b.drain()
-        offset = 0
-        msn = 0
-        while offset < self.size:
-            length = min(self.message_size, self.size - offset)
-            imm = (
-                (0xC0DE0000 | msn) if self.imm_every and msn % self.imm_every == self.imm_every - 1 else None
+        work = []  # (offset, length, immediate or None)
+        for msn, offset in enumerate(range(0, self.size, self.message_size)):
+            last = self.imm_every and msn % self.imm_every == self.imm_every - 1
+            work.append(
+                (offset, min(self.message_size, self.size - offset), (0xC0DE0000 | msn) if last else None)
             )
-            if imm is not None:
-                b.put("post_receive", {"qp": self.qp})
-            bench.post_write(a, self.qp, self.local + offset, self.remote_base + offset, rkey, length, imm)
-            offset += length
-            msn += 1
         if during is not None:
             cocotb.start_soon(during)
-        r.completed = await bench.wait_acked(a, self.qp, msn - 1, timeout_cycles)
+        deadline = now_ps() + timeout_cycles * CLOCK_PS
+        posted = 0
+        while len(r.completions) < len(work) and now_ps() < deadline:
+            while posted < len(work) and qa.outstanding < qa.sq_depth and qa.state.value == "rts":
+                offset, length, imm = work[posted]
+                if imm is None:
+                    await qa.post_write(local + offset, remote + offset, mr.rkey, length, wr_id=posted)
+                else:
+                    await qb.post_recv(wr_id=posted)
+                    await qa.post_write_imm(
+                        local + offset, remote + offset, mr.rkey, length, imm, wr_id=posted
+                    )
+                posted += 1
+            r.completions += await a.driver.poll_cq()
+            r.receive_completions += await b.driver.poll_cq()
+            if any(not c.ok for c in r.completions) and qa.outstanding == 0:
+                break  # the QP is in error: everything posted has completed (FLUSHED after the first)
+            await ClockCycles(bench.dut.clk, POLL_CYCLES)
         r.end_ps = now_ps()
-        await ClockCycles(bench.dut.clk, 64)
-        placed = b.ram.read(self.remote_base, self.size)
+        r.completed = len(r.completions) == len(work) and all(
+            c.ok and c.kind == CqeKind.SEND for c in r.completions
+        )
+        r.completed &= [c.wr_id for c in r.completions] == list(range(len(work)))
+        # the receive completions follow the last ACK closely (the peer writes them before acknowledging)
+        wanted = [(i, imm, length) for i, (_, length, imm) in enumerate(work) if imm is not None]
+        for _ in range(20):
+            if len(r.receive_completions) >= len(wanted) or not r.completed:
+                break
+            await ClockCycles(bench.dut.clk, POLL_CYCLES)
+            r.receive_completions += await b.driver.poll_cq()
+        r.receive_completions_verified = [
+            (c.wr_id, c.imm, c.byte_len, c.kind, c.status) for c in r.receive_completions
+        ] == [(i, imm, length, CqeKind.RECV_IMM, CqeStatus.SUCCESS) for i, imm, length in wanted]
+        placed = b.ram.read(remote, self.size)
         r.data_verified = (
             r.completed
             and placed == source
             and b.ram.read(region, GUARD) == before[:GUARD]
-            and b.ram.read(self.remote_base + self.size, GUARD) == before[GUARD + self.size :]
+            and b.ram.read(remote + self.size, GUARD) == before[GUARD + self.size :]
         )
         elapsed = max(1, r.end_ps - r.start_ps)
         r.goodput_bps = self.size * 8e12 / elapsed
         r.goodput_fraction = r.goodput_bps / theoretical_goodput_bps(cfg)
         r.lost_frames = r.data_frames - sum(1 for arrival in r.arrivals if not arrival[4])
-        # Quiet fabric: the NICs' per-plane port counters must equal the frames and bytes moved.
+        # Quiet fabric: the NICs' per-plane port counters must equal the frames and bytes moved; the
+        # counters are read (through the driver) while nothing arrives.
         await bench.quiesce()
-        r.port_counter_errors = a.port_counter_errors() + b.port_counter_errors()
+        r.port_counter_errors = await a.port_counter_errors() + await b.port_counter_errors()
+        r.counters = await a.driver.counters()
+        r.peer_counters = await b.driver.counters()
         bench.resume()
-        r.counters = a.counters()
-        r.peer_counters = b.counters()
         r.ack_request_frames = r.counters["ack_watchdog_ack_requests"]
         for nic, counters in ((a, r.counters), (b, r.peer_counters)):
             nic.paths.check_counters(counters)
@@ -167,5 +195,6 @@ def describe(r: TransferResult) -> str:
         f"{r.ack_request_frames} ACK requests), "
         f"plane share [{share}], "
         f"{(r.end_ps - r.start_ps) / 1e6:.1f} us simulated, {r.sim_cycles_per_s:.0f} cycles/s; "
+        f"{len(r.completions)} send / {len(r.receive_completions)} receive completions; "
         f"model checks {r.model_checks}, {len(r.model_mismatches)} mismatches"
     )
