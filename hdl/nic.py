@@ -22,7 +22,8 @@ Each plane port carries both the TX data frames and the RX pipeline's SACK/NACK/
 whole frame at a time. Until the host interface exists (issue 7), configuration enters through the
 ``*_configure`` streams and the registers are plain inputs with the defaults below; the sender-side
 outputs (``ack``, ``send_error``) and ``receive_completion`` are streams the host interface will turn
-into completion-queue entries.
+into completion-queue entries. ``ev_read`` / ``ev_read_answer`` read one EV slot back (the register map's
+``ev_slot`` COMMAND = 2).
 
 Time. ``now`` counts core cycles; ``now_ts`` (TSETH / PETH timestamps and the congestion controller's
 clock) counts 128 ns ticks, from a prescaler of ``round(clock_hz * 128 ns)`` cycles.
@@ -143,6 +144,9 @@ class MrcNic(wiring.Component):
             "ev_configure": In(tx_ports["ev_configure"].signature.flip()),
             "ev_seed": In(tx_ports["ev_seed"].signature.flip()),
             "reserve_configure": In(tx_ports["reserve_configure"].signature.flip()),
+            # the host reads an EV slot back: {qp, slot} in, {ev, state} out, one at a time, in order
+            "ev_read": In(tx_ports["ev_read"].signature.flip()),
+            "ev_read_answer": Out(tx_ports["ev_read_answer"].signature),
             "route_configure": In(tx_ports["route_configure"].signature.flip()),
             "rx_qp_configure": In(rx_ports["qp_configure"].signature.flip()),
             "mr_configure": In(rx_ports["mr_configure"].signature.flip()),
@@ -234,6 +238,8 @@ class MrcNic(wiring.Component):
         wiring.connect(m, wiring.flipped(self.ev_configure), tx.ev_configure)
         wiring.connect(m, wiring.flipped(self.ev_seed), tx.ev_seed)
         wiring.connect(m, wiring.flipped(self.reserve_configure), tx.reserve_configure)
+        wiring.connect(m, wiring.flipped(self.ev_read), tx.ev_read)
+        wiring.connect(m, tx.ev_read_answer, wiring.flipped(self.ev_read_answer))
         wiring.connect(m, wiring.flipped(self.rx_qp_configure), rx.qp_configure)
         wiring.connect(m, wiring.flipped(self.mr_configure), rx.mr_configure)
         wiring.connect(m, wiring.flipped(self.post_receive), rx.post_receive)
