@@ -554,6 +554,8 @@ class PathSelector(wiring.Component):
                 avoided = avoid_valid & (cand == avoid_slot) & (usable >= 2)  # step 5
                 choose = is_good & up & (entry.skip == 0) & ready & ~avoided
                 nxt = w_idx ^ w_mask
+                # The last visit's speculative read is discarded: a host read may take the port (this
+                # puts choose, from rd.data, in front of the read address).
                 m.d.comb += [rd.addr.eq(Cat(nxt, op_qp)), rd_used.eq(~(choose | (visits == n)))]
                 m.d.sync += cand.eq(nxt)
                 with m.If(skipping):
