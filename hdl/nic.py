@@ -21,8 +21,9 @@ One ``m_axi`` AXI4 port: the TX pipeline uses its read channels, the RX pipeline
 Each plane port carries both the TX data frames and the RX pipeline's SACK/NACK/ACK frames, merged a
 whole frame at a time. Configuration enters through the ``*_configure`` streams and the registers are
 plain inputs with the defaults below; the sender-side outputs (``ack``, ``send_error``) and
-``receive_completion`` are streams. The whole NIC (:class:`~mrcnic.hdl.host.nic_top.MrcNicTop`) drives
-them from its register file and turns the outputs into completion-queue entries.
+``receive_completion`` are streams; ``ev_read`` / ``ev_read_answer`` read one EV slot back (the register
+map's ``ev_slot`` COMMAND = 2). The whole NIC (:class:`~mrcnic.hdl.host.nic_top.MrcNicTop`) drives them
+from its register file and turns the outputs into completion-queue entries.
 
 A QP is in ERROR (``qp_error``) from its first error record (the tracker's or the ACK watchdog's) or a
 receive-side error until it is connected again; meanwhile it sends nothing (§7.4): the segmenter
@@ -156,6 +157,9 @@ class MrcNic(wiring.Component):
             "ev_configure": In(tx_ports["ev_configure"].signature.flip()),
             "ev_seed": In(tx_ports["ev_seed"].signature.flip()),
             "reserve_configure": In(tx_ports["reserve_configure"].signature.flip()),
+            # the host reads an EV slot back: {qp, slot} in, {ev, state} out, one at a time, in order
+            "ev_read": In(tx_ports["ev_read"].signature.flip()),
+            "ev_read_answer": Out(tx_ports["ev_read_answer"].signature),
             "route_configure": In(tx_ports["route_configure"].signature.flip()),
             "rx_qp_configure": In(rx_ports["qp_configure"].signature.flip()),
             "mr_configure": In(rx_ports["mr_configure"].signature.flip()),
@@ -247,6 +251,8 @@ class MrcNic(wiring.Component):
         wiring.connect(m, wiring.flipped(self.ev_configure), tx.ev_configure)
         wiring.connect(m, wiring.flipped(self.ev_seed), tx.ev_seed)
         wiring.connect(m, wiring.flipped(self.reserve_configure), tx.reserve_configure)
+        wiring.connect(m, wiring.flipped(self.ev_read), tx.ev_read)
+        wiring.connect(m, tx.ev_read_answer, wiring.flipped(self.ev_read_answer))
         wiring.connect(m, wiring.flipped(self.rx_qp_configure), rx.qp_configure)
         wiring.connect(m, wiring.flipped(self.mr_configure), rx.mr_configure)
         wiring.connect(m, wiring.flipped(self.post_receive), rx.post_receive)

@@ -16,8 +16,9 @@ its ID is one bit wider than the blocks' because the arbiter appends the manager
 its LINK_UP register is 1), and ``path_trace`` / ``path_trace_valid`` (every EV state-machine decision,
 for event logs and the system scoreboards). Everything else is reached through registers.
 
-Connections are made by name: every register binding names a port of the core or of the queue engine
-(``mrcnic.regmap``), so adding a register is a change to the map and to the block that owns the port.
+Connections are made by name: every register binding, table stream and read-back stream pair
+(``ev_read`` / ``ev_read_answer``) names a port of the core or of the queue engine (``mrcnic.regmap``),
+so adding a register is a change to the map and to the block that owns the port.
 """
 
 from __future__ import annotations

@@ -13,7 +13,14 @@ name and shape facing the other way, so the top level connects them by name:
 * a TABLE block has staging registers for every field of the record of its core stream, and a port of
   that stream: writing 1 to ``COMMAND`` makes the staged record valid until the core takes it. Writes to
   a table block wait while its record is pending (AXI backpressure: nothing is dropped, and the record
-  cannot change under the core); ``STATUS`` = {records taken mod 2^16, pending}.
+  cannot change under the core); ``STATUS`` = {records taken mod 2^16, readable, pending}.
+* a TABLE block with ``read_back`` = (request, answer) also has ports of those two core streams (the
+  request's record names the key fields, the answer's the fields it loads; ``Block.read_back``):
+  writing 2 to ``COMMAND`` sends the staged key fields on the request stream, and the answer loads its
+  fields into their registers. ``STATUS[1]`` reads 1, and ``STATUS[0]`` (pending) is 1 from the command
+  until the answer has landed; meanwhile writes to the block wait as for a push, and so do reads of
+  the block other than ``STATUS`` (a driver polls ``STATUS[0]``, or simply reads: either way it sees
+  the answer). Other ``COMMAND`` values do nothing.
 
 Bus behaviour. One write and one read at a time; a write is taken when address and data are both valid
 (1 cycle, then B); a read returns in the next cycle. Strobes select byte lanes. A register wider than 32
@@ -25,7 +32,7 @@ bits are ignored.
 from __future__ import annotations
 
 from amaranth import Const, Module, Signal, Value
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from mrcnic.regmap import Access, BlockType, RegisterMap
@@ -38,6 +45,15 @@ __all__ = ["RegisterFile"]
 
 def _port_name(binding: str) -> str:
     return binding.split(".")[0].split("[")[0]
+
+
+def _fields(layout, prefix: str = "") -> set[str]:
+    """The binding paths (``a.b``, ``a.c[2]``) of every leaf field of a record layout."""
+    if isinstance(layout, data.StructLayout):
+        return set().union(*(_fields(f.shape, f"{prefix}.{name}" if prefix else name) for name, f in layout))
+    if isinstance(layout, data.ArrayLayout):
+        return set().union(*(_fields(layout.elem_shape, f"{prefix}[{i}]") for i in range(layout.length)))
+    return {prefix}
 
 
 def _select(value, path: str):
@@ -64,6 +80,8 @@ class RegisterFile(wiring.Component):
             if block.kind == BlockType.TABLE:
                 # the core's member is In(stream); its .signature is that stream flipped
                 members[block.table] = Out(core_members[block.table].signature.flip())
+                for name in block.read_back or ():
+                    members[name] = core_members[name].flip()
                 continue
             for r in block.registers:
                 if r.binding is None:
@@ -79,8 +97,9 @@ class RegisterFile(wiring.Component):
         reads: dict[int, object] = {}  # word index -> 32-bit value
         writes: dict[int, list] = {}  # word index -> [(signal, low bit, width)] byte-lane targets
         table_words: dict[int, int] = {}  # word index -> table number (writes wait while it is pending)
-        commands: dict[int, Signal] = {}  # word index -> the table's pending flag to set
+        commands: dict[int, tuple] = {}  # word index -> the table's (pending, reading or None) flags
         pending_of: list[Signal] = []
+        read_held: dict[int, Signal] = {}  # word index -> reads wait while this is 1 (a read-back)
 
         def word(address: int) -> int:
             return address >> 2
@@ -88,32 +107,51 @@ class RegisterFile(wiring.Component):
         for block in self.regmap.blocks:
             for i, value in enumerate(self.regmap.header(block)):
                 reads[word(block.base) + i] = Const(value, 32)
-            table = None
+            table = reading = None
             if block.kind == BlockType.TABLE:
                 table = len(pending_of)
                 record = getattr(self, block.table)
                 pending = Signal(name=f"{block.name}_pending")
                 taken = Signal(16, name=f"{block.name}_taken")
                 pending_of.append(pending)
-                m.d.comb += record.valid.eq(pending)
+                if block.read_back:
+                    reading = Signal(name=f"{block.name}_reading")  # the pending command is a read-back
+                m.d.comb += record.valid.eq(pending if reading is None else pending & ~reading)
                 with m.If(record.valid & record.ready):
                     m.d.sync += [pending.eq(0), taken.eq(taken + 1)]
+            if reading is not None:
+                # COMMAND = 2: the key fields go out on the request once, the answer ends the pending.
+                request, answer = (getattr(self, name) for name in block.read_back)
+                keys, loaded = _fields(request.payload.shape()), _fields(answer.payload.shape())
+                asked = Signal(name=f"{block.name}_asked")
+                m.d.comb += [request.valid.eq(pending & reading & ~asked), answer.ready.eq(1)]
+                with m.If(request.valid & request.ready):
+                    m.d.sync += asked.eq(1)
+                with m.If(answer.valid):
+                    m.d.sync += [pending.eq(0), reading.eq(0), asked.eq(0)]
             for r in block.registers:
                 first = word(block.address(r.name))
                 if table is not None:
                     for w in range(r.words):
                         table_words[first + w] = table
+                        if reading is not None and r.name != "STATUS":
+                            read_held[first + w] = reading
                 if table is not None and r.name == "STATUS":
-                    reads[first] = (taken << 16) | pending
+                    reads[first] = (taken << 16) | (int(reading is not None) << 1) | pending
                     continue
                 if table is not None and r.name == "COMMAND":
-                    commands[first] = pending
+                    commands[first] = (pending, reading)
                     continue
                 if r.access == Access.RW:
                     store = Signal(r.width, init=r.reset, name=f"{block.name}_{r.name.lower()}")
                     target = record.payload if table is not None else self
                     target = _select(target, r.binding)
                     m.d.comb += target.eq(store)
+                    if reading is not None and r.binding in keys:
+                        m.d.comb += _select(request.payload, r.binding).eq(store)
+                    if reading is not None and r.binding in loaded:
+                        with m.If(answer.valid):
+                            m.d.sync += store.eq(_select(answer.payload, r.binding))
                     value = store
                     for w in range(r.words):
                         writes[first + w] = [(store, 32 * w, min(32, r.width - 32 * w))]
@@ -154,17 +192,25 @@ class RegisterFile(wiring.Component):
                                 hi = min(lo + 8, width)
                                 with m.If(bus.wstrb[lane]):
                                     m.d.sync += store[low + lo : low + hi].eq(bus.wdata[lo:hi])
-                for w, pending in commands.items():
+                for w, (pending, reading) in commands.items():
                     with m.Case(w):
-                        with m.If(bus.wstrb[0] & bus.wdata[0]):
+                        with m.If(bus.wstrb[0] & (bus.wdata[:2] == 1)):
                             m.d.sync += pending.eq(1)
+                        if reading is not None:
+                            with m.If(bus.wstrb[0] & (bus.wdata[:2] == 2)):
+                                m.d.sync += [pending.eq(1), reading.eq(1)]
 
         # -- read channel: the data of the address taken, one cycle later
         with m.If(bus.rvalid & bus.rready):
             m.d.sync += bus.rvalid.eq(0)
-        take_read = Signal()
-        m.d.comb += [take_read.eq(bus.arvalid & ~bus.rvalid), bus.arready.eq(take_read)]
         ar_word = bus.araddr[2:]
+        read_blocked = Signal()
+        with m.Switch(ar_word):
+            for w, reading in read_held.items():
+                with m.Case(w):
+                    m.d.comb += read_blocked.eq(reading)
+        take_read = Signal()
+        m.d.comb += [take_read.eq(bus.arvalid & ~bus.rvalid & ~read_blocked), bus.arready.eq(take_read)]
         with m.If(take_read):
             m.d.sync += [bus.rvalid.eq(1), bus.rdata.eq(0), bus.rresp.eq(AxiResp.OKAY)]
             with m.If(ar_word >= size_words):

@@ -10,7 +10,14 @@ Members (Q = ``qps``, N = ``ev_slots``, P = ``planes``, B = ``backups``):
 
 * ``configure``: In, ``{qp, slot, ev, state}``: the host writes one EV slot (skip counter cleared). A
   write whose ``ev`` names another plane than ``slot mod P`` (EV[31:29], §5.1) is dropped and counted
-  in ``stat_config_rejected`` (§6.1: the NIC rejects it).
+  in ``stat_config_rejected`` (§6.1: the NIC rejects it). ``state`` is an :class:`EvState` value; 1
+  (SKIP in the register map and the model, never stored here) is taken as GOOD.
+* ``slot_read``: In, :func:`slot_read_layout` ``{qp, slot}``, and ``slot_read_answer``: Out,
+  :func:`slot_read_answer_layout` ``{ev, state}``: the host reads one EV slot back (the register map's
+  ``ev_slot`` COMMAND = 2). One answer per request, in order, one read at a time; the state as stored
+  (GOOD also when its skip counter is not 0). A ``qp`` >= Q answers ``{0, DENIED}``. The read uses the
+  table's read port only in cycles the operations above leave it free ("Timing and hazards"), so it
+  never delays a request or an update.
 * ``reserve_configure``: In, :func:`reserve_configure_layout` ``{qp, plane, index, ev, valid}``: the host
   writes reserve entry (plane, index) of ``qp``. ``valid`` = 1: the entry becomes BACKUP with ``ev``,
   the newest of its plane's backups (FIFO order); dropped and counted in ``stat_config_rejected`` when
@@ -97,6 +104,11 @@ usable counts, and runs one operation at a time, so no two read-modify-writes ov
 * configure/reserve_configure/feedback take 2 cycles (read, then decide and write), the second
   overlapping the next accept, so back-to-back updates run at 1 per cycle, a LOSS with a replacement
   included; a seed takes 1 cycle.
+* a host read (``slot_read``) is taken in a cycle in which no operation reads the table: no operation
+  accepted (idle, a seed, a reserve_configure, a held response), or the last visit of a request (its
+  speculative read of the next candidate is discarded anyway). So with requests every cycle a read
+  still gets a cycle per decision, without delaying it; only an unbroken run of table updates holds
+  reads. The answer leaves two cycles after the request was taken.
 
 ``watch`` never drops a record: records go through a 2-entry FIFO, and an update that may emit one
 (``configure``, ``reserve_configure``, feedback LOSS / DENY / RESTORE; at most one record each) is only
@@ -133,6 +145,8 @@ __all__ = [
     "reserve_entry_layout",
     "response_layout",
     "seed_layout",
+    "slot_read_answer_layout",
+    "slot_read_layout",
     "trace_layout",
     "watch_layout",
 ]
@@ -155,11 +169,13 @@ STATS = (
 
 
 class EvState(enum.Enum, shape=2):
-    """Stored state of an EV slot (§6.1). SKIP is not stored: it is GOOD with skip > 0."""
+    """Stored state of an EV slot (§6.1). SKIP is not stored: it is GOOD with skip > 0. The values are
+    those of the register map's ``ev_slot`` STATE field and of ``mrcnic.model.ev.EvState`` (where 1 is
+    SKIP), so configuration and read-back pass through the register file unchanged."""
 
     GOOD = 0
-    ASSUMED_BAD = 1
-    DENIED = 2
+    ASSUMED_BAD = 2
+    DENIED = 3
 
 
 class ReserveState(enum.Enum, shape=2):
@@ -226,6 +242,16 @@ def watch_layout(qps: int, ev_slots: int) -> data.StructLayout:
     return data.StructLayout({"qp": bits_for(qps), "target": target_bits(ev_slots), "ev": 32, "start": 1})
 
 
+def slot_read_layout(qps: int, ev_slots: int) -> data.StructLayout:
+    """A host read of one EV slot (``slot_read``)."""
+    return data.StructLayout({"qp": bits_for(qps), "slot": bits_for(ev_slots)})
+
+
+def slot_read_answer_layout() -> data.StructLayout:
+    """The answer to a ``slot_read``: the slot's EV and stored state."""
+    return data.StructLayout({"ev": 32, "state": EvState})
+
+
 def seed_layout(qps: int) -> data.StructLayout:
     return data.StructLayout({"qp": bits_for(qps), "seed": 16})
 
@@ -276,6 +302,8 @@ class PathSelector(wiring.Component):
             "seed": In(stream.Signature(seed_layout(qps))),
             "request": In(stream.Signature(request_layout(qps, ev_slots))),
             "response": Out(stream.Signature(response_layout(qps, ev_slots, planes))),
+            "slot_read": In(stream.Signature(slot_read_layout(qps, ev_slots))),
+            "slot_read_answer": Out(stream.Signature(slot_read_answer_layout())),
             "feedback": In(stream.Signature(feedback_layout(qps, ev_slots))),
             "watch": Out(stream.Signature(watch_layout(qps, ev_slots))),
             "decision": Out(trace_layout(qps, ev_slots, planes)),
@@ -304,6 +332,7 @@ class PathSelector(wiring.Component):
         clear_addr = Signal(range(qps * n))
         wr = table.write_port()
         rd = table.read_port(transparent_for=(wr,))
+        rd_used = Signal()  # an operation reads the table this cycle; else a host read may
 
         # Rotation state per QP (registers: Q is small). Reset = the §6.2 init with seed 1.
         lfsr_reset = _lfsr_wrap_int(1)
@@ -442,7 +471,7 @@ class PathSelector(wiring.Component):
             with m.If(req.valid & ~(any_update & ~last_was_update)):
                 q = req.payload.qp
                 first = rot_idx[q] ^ rot_mask[q]
-                m.d.comb += [req.ready.eq(1), rd.addr.eq(Cat(first, q))]
+                m.d.comb += [req.ready.eq(1), rd.addr.eq(Cat(first, q)), rd_used.eq(1)]
                 m.d.sync += [
                     op_qp.eq(q),
                     cand.eq(first),
@@ -454,13 +483,18 @@ class PathSelector(wiring.Component):
                 m.d.sync += advance(rot_lfsr[q], rot_idx[q], rot_mask[q])
                 m.next = "VISIT"
             with m.Elif(cfg_go):
-                m.d.comb += [cfg.ready.eq(1), rd.addr.eq(Cat(cfg.payload.slot, cfg.payload.qp))]
+                m.d.comb += [
+                    cfg.ready.eq(1),
+                    rd.addr.eq(Cat(cfg.payload.slot, cfg.payload.qp)),
+                    rd_used.eq(1),
+                ]
+                state = cfg.payload.state.as_value()
                 m.d.sync += [
                     op_qp.eq(cfg.payload.qp),
                     u_config.eq(1),
                     u_slot.eq(cfg.payload.slot),
                     u_ev.eq(cfg.payload.ev),
-                    u_state.eq(cfg.payload.state),
+                    u_state.as_value().eq(Mux(state == 1, EvState.GOOD, state)),  # SKIP: GOOD
                     last_was_update.eq(1),
                 ]
                 m.next = "UPDATE"
@@ -480,7 +514,11 @@ class PathSelector(wiring.Component):
                 ]
                 m.next = "IDLE"
             with m.Elif(fb_go):
-                m.d.comb += [fb.ready.eq(1), rd.addr.eq(Cat(fb.payload.slot[:slot_bits], fb.payload.qp))]
+                m.d.comb += [
+                    fb.ready.eq(1),
+                    rd.addr.eq(Cat(fb.payload.slot[:slot_bits], fb.payload.qp)),
+                    rd_used.eq(1),
+                ]
                 m.d.sync += [
                     op_qp.eq(fb.payload.qp),
                     u_config.eq(0),
@@ -496,7 +534,7 @@ class PathSelector(wiring.Component):
         entry = rd.data
         m.d.comb += wr.data.eq(entry)  # default: write back what was read, with the changes below
 
-        with m.FSM(init="CLEAR"):
+        with m.FSM(init="CLEAR") as fsm:
             with m.State("CLEAR"):
                 m.d.comb += [wr.addr.eq(clear_addr), wr.data.eq(entry_layout().const(denied)), wr.en.eq(1)]
                 m.d.sync += clear_addr.eq(clear_addr + 1)
@@ -516,7 +554,9 @@ class PathSelector(wiring.Component):
                 avoided = avoid_valid & (cand == avoid_slot) & (usable >= 2)  # step 5
                 choose = is_good & up & (entry.skip == 0) & ready & ~avoided
                 nxt = w_idx ^ w_mask
-                m.d.comb += rd.addr.eq(Cat(nxt, op_qp))
+                # The last visit's speculative read is discarded: a host read may take the port (this
+                # puts choose, from rd.data, in front of the read address).
+                m.d.comb += [rd.addr.eq(Cat(nxt, op_qp)), rd_used.eq(~(choose | (visits == n)))]
                 m.d.sync += cand.eq(nxt)
                 with m.If(skipping):
                     m.d.comb += [
@@ -705,4 +745,20 @@ class PathSelector(wiring.Component):
                             m.d.sync += good[q][p].eq(good[q][p] + inc - dec)
                 accept()
 
+        # -- host reads: the table's read port in a cycle no operation uses (module docstring)
+        sr, sa = self.slot_read, self.slot_read_answer
+        reading = Signal()  # a read was issued last cycle: rd.data holds its entry
+        read_oob = Signal()  # ... for a QP that does not exist
+        answer = Signal(slot_read_answer_layout())
+        m.d.comb += sa.payload.eq(answer)
+        m.d.sync += reading.eq(0)
+        with m.If(sa.valid & sa.ready):
+            m.d.sync += sa.valid.eq(0)
+        with m.If(~rd_used & ~fsm.ongoing("CLEAR") & ~reading & ~sa.valid):
+            m.d.comb += [sr.ready.eq(1), rd.addr.eq(Cat(sr.payload.slot, sr.payload.qp))]
+            m.d.sync += [reading.eq(sr.valid), read_oob.eq(sr.payload.qp >= qps)]
+        with m.If(reading):
+            m.d.sync += [sa.valid.eq(1), answer.ev.eq(entry.ev), answer.state.eq(entry.state)]
+            with m.If(read_oob):
+                m.d.sync += [answer.ev.eq(0), answer.state.eq(EvState.DENIED)]
         return m

@@ -17,6 +17,10 @@ prober, and ``feedback`` (path events) from the tracker and the prober; ``sent``
 to the tracker, ``watch`` the EVs to probe to the prober, ``path_trace`` every EV state-machine decision
 (the path selector's ``decision``). Until the host interface exists (issue 7),
 configuration enters through the ``*_configure`` streams and the register inputs.
+
+``ev_read`` (In, ``{qp, slot}``) / ``ev_read_answer`` (Out, ``{ev, state}``): the host reads one EV slot
+back, answered in order, one at a time (the path selector's ``slot_read`` / ``slot_read_answer``: it
+uses the EV table only in cycles the packets leave free, so it never delays one).
 """
 
 from amaranth import Module, Signal
@@ -100,6 +104,8 @@ class TxPipeline(wiring.Component):
             ),
             "ev_configure": In(stream.Signature(configure_layout(qps, ev_slots))),
             "ev_seed": In(stream.Signature(seed_layout(qps))),
+            "ev_read": In(path_ports["slot_read"].signature.flip()),
+            "ev_read_answer": Out(path_ports["slot_read_answer"].signature),
             "route_configure": In(
                 stream.Signature(data.StructLayout({"dest": dest_bits, "template": RouteTemplateLayout}))
             ),
@@ -163,6 +169,8 @@ class TxPipeline(wiring.Component):
         m.d.comb += [self.path_trace.eq(paths.decision), self.path_trace_valid.eq(paths.decision_valid)]
         wiring.connect(m, wiring.flipped(self.ev_configure), paths.configure)
         wiring.connect(m, wiring.flipped(self.ev_seed), paths.seed)
+        wiring.connect(m, wiring.flipped(self.ev_read), paths.slot_read)
+        wiring.connect(m, paths.slot_read_answer, wiring.flipped(self.ev_read_answer))
         wiring.connect(m, wiring.flipped(self.feedback), paths.feedback)
         wiring.connect(m, wiring.flipped(self.route_configure), router.configure)
         m.d.comb += [

@@ -192,7 +192,7 @@ class ModelDevice(Transport):
     def _read_register(self, block, register) -> int:
         name = register.name
         if block.kind == BlockType.TABLE and name == "STATUS":
-            readable = block.name == "ev_slot"
+            readable = block.read_back is not None
             return ((self.table_taken.get(block.name, 0) & 0xFFFF) << 16) | (int(readable) << 1)
         if block.kind == BlockType.QP_QUEUES:
             q = self.qps[block.info]
@@ -274,9 +274,8 @@ class ModelDevice(Transport):
         """COMMAND = 2 on the ev_slot table: the slot named by QP and SLOT, read back into EV and STATE."""
         qp, slot = self.values[("ev_slot", "QP")], self.values[("ev_slot", "SLOT")]
         if qp >= self.caps.qps or slot >= self.caps.ev_slots:
-            return
-        q = self.qps[qp]
-        if q.model is not None:
+            ev, state = 0, 3  # as the gateware answers a QP it does not have
+        elif (q := self.qps[qp]).model is not None:
             entry = q.model.evs.slots[slot]
             ev, state = entry.ev, 3 if entry.denied else 2 if entry.bad else 0
         else:

@@ -226,6 +226,23 @@ class Registers:
             await self.write(table, name, value)
         await self.write(table, "COMMAND", 1)
 
+    async def read_back(self, table: str, keys: dict[str, int], polls: int = 1000) -> dict[str, int]:
+        """Read one entry of a TABLE block that can be read back (STATUS[1]): stage the key fields, write 2
+        to COMMAND, wait until STATUS[0] (pending) is 0, then read every other field."""
+        block, _ = self.block(table)
+        names = {r.name for r in block.registers} - {"STATUS", "COMMAND"}
+        if not set(keys) < names:
+            raise DriverError(f"table {table}: keys {sorted(keys)} are not some of {sorted(names)}")
+        for name, value in keys.items():
+            await self.write(table, name, value)
+        await self.write(table, "COMMAND", 2)
+        for _ in range(polls):
+            if not (await self.read(table, "STATUS")) & 1:
+                break
+        else:
+            raise DriverError(f"table {table}: no answer to a read-back after {polls} polls")
+        return {name: await self.read(table, name) for name in sorted(names - set(keys))}
+
 
 class Qp:
     """A queue pair: its send queue ring in host memory, its posted receives, its state."""
@@ -420,12 +437,8 @@ class Nic:
         names = {0: "GOOD", 1: "GOOD", 2: "ASSUMED_BAD", 3: "DENIED"}
         out = []
         for slot in range(self.caps.ev_slots):
-            await self.regs.write("ev_slot", "QP", qp)
-            await self.regs.write("ev_slot", "SLOT", slot)
-            await self.regs.write("ev_slot", "COMMAND", 2)
-            out.append(
-                (await self.regs.read("ev_slot", "EV"), names[await self.regs.read("ev_slot", "STATE")])
-            )
+            entry = await self.regs.read_back("ev_slot", {"QP": qp, "SLOT": slot})
+            out.append((entry["EV"], names[entry["STATE"]]))
         return out
 
     async def queue_state(self, qp: int) -> dict[str, int]:

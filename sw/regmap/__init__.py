@@ -2,7 +2,7 @@
 of the device and ``docs/registers.md`` are all made (``python -m mrcnic.regmap`` writes the docs)."""
 
 from .model import HEADER_WORDS, TYPE_PREFIX, Access, Block, BlockType, Register, RegisterMap
-from .nic import COUNTERS, HOST_COUNTERS, MAGIC, Capabilities, nic_register_map
+from .nic import COUNTERS, HOST_COUNTERS, MAGIC, READ_BACK, Capabilities, nic_register_map
 from .queues import CQE_BYTES, WQE_BYTES, Cqe, CqeKind, CqeStatus, Wqe, WqeOpcode, cqe_phase
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "cqe_phase",
     "HEADER_WORDS",
     "MAGIC",
+    "READ_BACK",
     "TYPE_PREFIX",
     "Access",
     "Block",

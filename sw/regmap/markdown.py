@@ -41,7 +41,9 @@ def registers_markdown(c: Capabilities | None = None) -> str:
         "",
         "Access: `rw` read/write, `ro` read-only (writes ignored), `wo` command (a write acts, reads 0). "
         "Table blocks stage one record in their field registers; writing 1 to COMMAND pushes it into the "
-        "NIC (STATUS[0] stays 1 until the NIC has taken it).",
+        "NIC (STATUS[0] stays 1 until the NIC has taken it). Tables with STATUS[1] = 1 can be read back: "
+        "write the key fields, write 2 to COMMAND, wait for STATUS[0] = 0, read the other fields. Writes "
+        "to a table block wait while STATUS[0] is 1, and so do reads of its fields during a read-back.",
         "",
         "## Blocks",
         "",
@@ -57,6 +59,9 @@ def registers_markdown(c: Capabilities | None = None) -> str:
         out += ["", f"## {b.name}", "", b.doc]
         if b.table:
             out += ["", f"Pushes into the NIC stream `{b.table}`."]
+        if b.read_back:
+            request, answer = b.read_back
+            out[-1] += f" Read back through `{request}` (key fields) and `{answer}` (the fields it loads)."
         out += [
             "",
             "| address | offset | register | bits | access | reset | meaning |",

@@ -78,7 +78,10 @@ class Register:
 @dataclass
 class Block:
     """A register block. ``info`` is its header's INFO word; ``table``: for a TABLE block, the NIC stream
-    its COMMAND register pushes the staged record into."""
+    its COMMAND register pushes the staged record into. ``read_back``: for a TABLE block whose entries can
+    be read back (``COMMAND`` = 2), the NIC streams ``(request, answer)``: the request's record holds the
+    key fields (those registers whose binding is one of its fields), the answer's the fields it loads
+    into their registers."""
 
     kind: BlockType
     name: str
@@ -87,6 +90,7 @@ class Block:
     version: tuple[int, int, int] = (0, 1, 0)
     info: int = 0
     table: str | None = None
+    read_back: tuple[str, str] | None = None
     base: int = 0  # byte address, set by RegisterMap
     offsets: dict[str, int] = field(default_factory=dict)  # register name -> byte offset in the block
 

@@ -5,6 +5,7 @@ all made from :func:`nic_register_map`.
 Register resets are the NIC's defaults; times in cycles follow ``clock_hz`` and a 10 µs base RTT (the host
 sets the fabric's real one). Table blocks stage one record and push it into the NIC with ``COMMAND``;
 their field registers mirror the record of the NIC stream named in the block (docs/protocol.md §3, §6, §9).
+Tables in :data:`READ_BACK` also read an entry back into those registers (``COMMAND`` = 2).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from ..wire.constants import MRC_UDP_PORT, Dscp
 from .model import Access, Block, BlockType, Register, RegisterMap
 
-__all__ = ["COUNTERS", "HOST_COUNTERS", "MAGIC", "Capabilities", "nic_register_map"]
+__all__ = ["COUNTERS", "HOST_COUNTERS", "MAGIC", "READ_BACK", "Capabilities", "nic_register_map"]
 
 MAGIC = 0x4E43524D  # "MRCN", little-endian ASCII
 RO, WO = Access.RO, Access.WO
@@ -207,12 +208,13 @@ def _tables(c: Capabilities) -> dict[str, tuple[str, str, list[TableField]]]:
         ),
         "ev_slot": (
             "ev_configure",
-            "One EV slot of a QP (docs/protocol.md §6.1): slot s is on plane s mod planes.",
+            "One EV slot of a QP (docs/protocol.md §6.1): slot s is on plane s mod planes. Read back: QP "
+            "and SLOT name the slot; EV and STATE get its EV and state (GOOD also while it is skipped).",
             [
                 F("qp", qp, "QP index"),
                 F("slot", slot, "slot index"),
                 F("ev", 32, "entropy value; EV[31:29] must be the slot's plane"),
-                F("state", 2, "0 GOOD, 1 (reserved), 2 ASSUMED_BAD, 3 DENIED"),
+                F("state", 2, "0 GOOD, 1 (SKIP: taken as GOOD, never read), 2 ASSUMED_BAD, 3 DENIED"),
             ],
         ),
         "ev_reserve": (
@@ -255,6 +257,10 @@ def _tables(c: Capabilities) -> dict[str, tuple[str, str, list[TableField]]]:
             ],
         ),
     }
+
+
+# Tables that can be read back: block -> the NIC's (request, answer) streams (``Block.read_back``).
+READ_BACK = {"ev_slot": ("ev_read", "ev_read_answer")}
 
 
 def _reg_name(path: str) -> str:
@@ -499,20 +505,23 @@ def nic_register_map(c: Capabilities | None = None) -> RegisterMap:
         regs = [
             R(
                 "STATUS",
-                "[0] 1: the staged record waits to be taken; [1] 1: the table can be read back; "
-                "[31:16] records taken (mod 2^16)",
+                "[0] 1: the staged record waits to be taken, or a read-back waits for its answer; "
+                "[1] 1: the table can be read back; [31:16] records taken (mod 2^16)",
                 access=RO,
             ),
             R(
                 "COMMAND",
                 "write 1: push the staged record into the table; write 2 (tables with STATUS[1]): read the "
-                "entry named by the key fields back into the field registers",
+                "entry named by the key fields back into the other field registers (done when STATUS[0] "
+                "is 0); other values: nothing",
                 2,
                 access=WO,
             ),
         ]
         regs += [R(_reg_name(f.path), f.doc, f.width, binding=f.path) for f in fields]
-        blocks.append(Block(BlockType.TABLE, name, doc, regs, info=i, table=stream_name))
+        blocks.append(
+            Block(BlockType.TABLE, name, doc, regs, info=i, table=stream_name, read_back=READ_BACK.get(name))
+        )
     if c.host_queues:
         blocks += _queue_blocks(c)
     groups = dict(COUNTERS, **({"host": HOST_COUNTERS} if c.host_queues else {}))

@@ -170,3 +170,30 @@ async def write_imm_without_receive(pair: Pair, rng: random.Random):
     assert [(c.wr_id, c.status) for c in done] == [("imm", CqeStatus.REMOTE_OPERATION_ERROR)], done
     await a.t.idle(20_000)
     assert await b.poll_cq() == []
+
+
+async def ev_slots_read_back(pair: Pair, rng: random.Random):
+    """The EV slots of each connected QP, read back through the registers (``ev_slot`` COMMAND = 2, as
+    ``mrcnic paths`` does), are the EV profile it was connected with, all GOOD; read again while a WRITE
+    is in flight (the reads share the EV table with the packets) they still are, unless the sender
+    retired an EV meanwhile (then each slot holds its EV or a backup of its plane); the WRITE lands."""
+    a, b, qa, qb = pair.a, pair.b, pair.qa, pair.qb
+    for nic, qp in ((a, qa), (b, qb)):
+        assert await nic.ev_slots(qp.index) == [(ev, "GOOD") for ev in qp.profile.slots], qp
+    size = 64 * 1024
+    source, region = a.memory.allocate(size), b.memory.allocate(size)
+    data = rng.randbytes(size)
+    await a.t.mem_write(source, data)
+    mr = await b.register_memory(region, size)
+    await qa.post_write(source, mr.address, mr.rkey, size, wr_id="w")
+    during = await a.ev_slots(qa.index)
+    assert (await a.queue_state(qa.index))["sq_completed"] == 0  # the WRITE was still in flight
+    done = await a.wait_completions(1, timeout_ns=5e6)
+    assert [(c.wr_id, c.ok) for c in done] == [("w", True)], done
+    assert await b.t.mem_read(mr.address, size) == data
+    profile, planes = qa.profile, a.caps.planes
+    if (await a.counters())["path_retired"] == 0:
+        assert during == [(ev, "GOOD") for ev in profile.slots], during
+    else:
+        for s, (ev, _) in enumerate(during):
+            assert ev == profile.slots[s] or ev in profile.backups[s % planes], (s, hex(ev))

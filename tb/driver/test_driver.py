@@ -35,7 +35,8 @@ def model_pair(seed):
 
 
 @pytest.mark.parametrize(
-    "scenario", ["write_and_write_imm", "misuse", "protection_error", "write_imm_without_receive"]
+    "scenario",
+    ["write_and_write_imm", "misuse", "protection_error", "write_imm_without_receive", "ev_slots_read_back"],
 )
 def test_model(scenario):
     seed = new_seed()
@@ -129,6 +130,13 @@ async def rtl_write_imm_without_receive(dut):
 
 
 @cocotb.test()
+async def rtl_ev_slots_read_back(dut):
+    """``Nic.ev_slots`` (``mrcnic paths``) on the RTL: the EV table read back through the registers."""
+    _, pair = await _rtl_pair(dut)
+    await scenarios.ev_slots_read_back(pair, random.Random(cocotb.RANDOM_SEED))
+
+
+@cocotb.test()
 async def rtl_peer_stops_answering(dut):
     bench, pair = await _rtl_pair(dut)
     bench.nics[1].fault = lambda nic, plane, frame, raw: []  # nothing reaches B any more
@@ -148,6 +156,7 @@ def test_rtl_backend():
             "rtl_misuse",
             "rtl_protection_error",
             "rtl_write_imm_without_receive",
+            "rtl_ev_slots_read_back",
             "rtl_peer_stops_answering",
         ],
     )

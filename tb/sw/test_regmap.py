@@ -9,7 +9,7 @@ import pytest
 from amaranth.hdl import Shape
 from amaranth.lib import data
 
-from mrcnic.hdl.nic import STATS, MrcNic
+from mrcnic.hdl.nic import STATS, MrcNic, layout_only
 from mrcnic.regmap import (
     COUNTERS,
     CQE_BYTES,
@@ -97,16 +97,18 @@ def _resolve(nic, binding):
 
 @pytest.mark.parametrize("caps", CAPS, ids=["default", "small"])
 def test_bindings_match_the_nic(caps):
-    nic = MrcNic(
-        data_width=caps.data_width,
-        planes=caps.planes,
-        qps=caps.qps,
-        ev_slots=caps.ev_slots,
-        backups=caps.backups,
-        window=caps.window,
-        mrs=caps.mrs,
-        destinations=caps.destinations,
-        clock_hz=caps.clock_hz,
+    nic = layout_only(
+        MrcNic(
+            data_width=caps.data_width,
+            planes=caps.planes,
+            qps=caps.qps,
+            ev_slots=caps.ev_slots,
+            backups=caps.backups,
+            window=caps.window,
+            mrs=caps.mrs,
+            destinations=caps.destinations,
+            clock_hz=caps.clock_hz,
+        )
     )
     # The queue blocks bind to the host interface's queue engine, not to the core.
     regmap = nic_register_map(replace(caps, host_queues=False))
@@ -116,6 +118,13 @@ def test_bindings_match_the_nic(caps):
             record = nic.signature.members[block.table].signature.members["payload"].shape
             fields = {r.binding: r.width for r in block.registers if r.binding}
             assert fields == dict(_leaves(record)), f"table {block.name} differs from {block.table}"
+            if block.read_back:
+                # the request carries key fields, the answer the others: together every field, once
+                request, answer = (nic.signature.members[name] for name in block.read_back)
+                assert (request.flow.name, answer.flow.name) == ("In", "Out"), block.name
+                keys = dict(_leaves(request.signature.members["payload"].shape))
+                loaded = dict(_leaves(answer.signature.members["payload"].shape))
+                assert not keys.keys() & loaded.keys() and {**keys, **loaded} == fields, block.name
             continue
         for r in block.registers:
             if r.binding is None:
@@ -130,6 +139,9 @@ def test_bindings_match_the_nic(caps):
     # every register input of the core is reachable from the host
     inputs = {name for name, m in nic.signature.members.items() if m.is_port and m.flow.name == "In"}
     assert inputs <= bound, f"NIC inputs without a register: {sorted(inputs - bound)}"
+    assert {b.name: b.read_back for b in regmap.blocks if b.read_back} == {
+        "ev_slot": ("ev_read", "ev_read_answer")
+    }
     tables = {b.table for b in regmap.blocks if b.table}
     assert tables == {
         "tx_qp_configure",

@@ -8,6 +8,7 @@ import random
 
 from mrcnic.hdl.host.register_file import RegisterFile
 from mrcnic.hdl.nic import core_signature
+from mrcnic.hdl.tx.path_selector import EvState
 from mrcnic.regmap import MAGIC, BlockType, Capabilities, nic_register_map
 
 from support.pysim import run
@@ -199,3 +200,82 @@ def test_table_push_and_backpressure():
             ctx.set(stream.ready, valid and not ready and wait == 0)
 
     run(dut, bench, processes=[core], name="register_file_table")
+
+
+def test_table_read_back():
+    """A table with ``read_back`` (``ev_slot``): STATUS[1] = 1 (and 0 elsewhere); COMMAND = 2 sends the
+    staged key fields (QP, SLOT) on the request stream once and pushes no record; STATUS[0] stays 1 until
+    the answer lands in EV and STATE; meanwhile reads of those fields and writes to the block wait, and
+    STATUS can be polled. A read-back then a push writes the loaded values back; other COMMAND values do
+    nothing."""
+    rng = random.Random(new_seed())
+    regmap, dut = make()
+    ev_slot = regmap["ev_slot"]
+    assert ev_slot.read_back == ("ev_read", "ev_read_answer")
+    table = {(q, s): (rng.getrandbits(32), rng.choice([0, 2, 3])) for q in range(CAPS.qps) for s in range(8)}
+    requests, records = [], []
+
+    async def bench(ctx):
+        bus = Manager(ctx, dut.bus, rng)
+        assert await bus.read(ev_slot.address("STATUS")) == 0b10
+        assert await bus.read(regmap["mr"].address("STATUS")) == 0
+        for n, (q, s) in enumerate(rng.sample(sorted(table), 10)):
+            await bus.write(ev_slot.address("QP"), q)
+            await bus.write(ev_slot.address("SLOT"), s)
+            await bus.write(ev_slot.address("COMMAND"), 2)
+            if n % 2:  # poll STATUS[0], then read
+                polls = 0
+                while (status := await bus.read(ev_slot.address("STATUS"))) & 1:
+                    polls += 1
+                assert status == 0b10 and polls > 0
+            # a read of a field waits for the answer (n even: issued right after the command)
+            assert await bus.read(ev_slot.address("EV")) == table[q, s][0]
+            assert await bus.read(ev_slot.address("STATE")) == table[q, s][1]
+            assert (await bus.read(ev_slot.address("QP")), await bus.read(ev_slot.address("SLOT"))) == (q, s)
+            assert requests[-1] == (q, s) and len(requests) == n + 1
+        assert records == []
+        # Read-modify-write: the loaded fields go back out with a push (the writes wait for the answer).
+        q, s = 1, 6
+        await bus.write(ev_slot.address("QP"), q)
+        await bus.write(ev_slot.address("SLOT"), s)
+        await bus.write(ev_slot.address("COMMAND"), 2)
+        await bus.write(ev_slot.address("COMMAND"), 1)
+        assert await bus.read(ev_slot.address("STATE")) == table[q, s][1]  # the push is not a read-back
+        while await bus.read(ev_slot.address("STATUS")) & 1:
+            pass
+        assert records == [(q, s, *table[q, s])]
+        assert await bus.read(ev_slot.address("STATUS")) == 1 << 16 | 0b10
+        # COMMAND = 3 (or 0): neither.
+        await bus.write(ev_slot.address("COMMAND"), 3)
+        await bus.write(ev_slot.address("COMMAND"), 0)
+        await ctx.tick().repeat(30)
+        assert len(records) == 1 and len(requests) == 11
+        assert await bus.read(ev_slot.address("STATUS")) == 1 << 16 | 0b10
+
+    async def core(ctx):
+        """Answers each request after a random wait, and takes pushed records."""
+        req, ans, cfg = dut.ev_read, dut.ev_read_answer, dut.ev_configure
+        ctx.set(cfg.ready, 1)
+        pending, wait = [], 0
+        samples = ctx.tick().sample(
+            req.valid, req.ready, req.payload, ans.valid, ans.ready, cfg.valid, cfg.payload
+        )
+        async for _, _, r_valid, r_ready, r_payload, a_valid, a_ready, c_valid, c_payload in samples:
+            if r_valid and r_ready:
+                requests.append((r_payload.qp, r_payload.slot))
+                pending.append((r_payload.qp, r_payload.slot))
+                wait = rng.randrange(20)
+            if a_valid and a_ready:
+                pending.pop(0)
+            if c_valid:
+                records.append((c_payload.qp, c_payload.slot, c_payload.ev, c_payload.state.value))
+            wait = max(0, wait - 1)
+            ctx.set(req.ready, not pending and rng.random() < 0.5)
+            if pending and wait == 0 and not (a_valid and not a_ready):
+                ev, state = table[pending[0]]
+                ctx.set(ans.payload, {"ev": ev, "state": EvState(state)})
+                ctx.set(ans.valid, 1)
+            else:
+                ctx.set(ans.valid, 0)
+
+    run(dut, bench, processes=[core], name="register_file_read_back")

@@ -1,7 +1,8 @@
 """Path selector (Amaranth simulator): the §6.2 test vector, decision-for-decision comparison with a
 pure-Python reference of docs/protocol.md §6.2-§6.4 (with the reserve: FIFO backup lists, the probe list
 and the ``watch`` records), spraying evenness, and directed cases for skips, losses, the floor guard,
-backup replacement, busy and down planes, retransmissions, stale feedback and ``watch`` backpressure.
+backup replacement, busy and down planes, retransmissions, stale feedback and ``watch`` backpressure;
+the host's read-back of EV slots (``slot_read``), also under a request every cycle.
 
 Random stalls on every stream; seeds printed (rerun one with ``PATH_SELECTOR_SEED=<seed>``).
 """
@@ -262,6 +263,15 @@ class Bench:
         need not include every slot when the mask is redrawn in between)."""
         return [r.slot for r in [await self.choose(qp) for _ in range(count)] if r.found]
 
+    async def read(self, qp, slot):
+        """``(ev, EvState)`` of one slot, read back through ``slot_read``."""
+        await self.put(self.dut.slot_read, {"qp": qp, "slot": slot})
+        a = await stream_get(self.ctx, self.dut.slot_read_answer, stall=self.stall, rng=self.rng)
+        return a.ev, EvState(a.state)
+
+    async def read_all(self, qp):
+        return [await self.read(qp, s) for s in range(self.dut.ev_slots)]
+
     async def stats(self):
         await self.ctx.tick().repeat(3)  # let the last update land
         return {name: self.ctx.get(getattr(self.dut, f"stat_{name}")) for name in STATS}
@@ -442,6 +452,7 @@ def test_against_reference(n, planes, backups, requests):
             await ctx.tick()
         await ctx.tick().repeat(10)  # the last watch records leave
         final.update(await b.stats())
+        final["slots"] = [await b.read_all(q) for q in range(qps)]
 
     async def feeder(ctx):
         b = Bench(ctx, dut, rng, stall=0.6)
@@ -541,7 +552,9 @@ def test_against_reference(n, planes, backups, requests):
     assert k == len(responses) == requests
     assert drain.records == ref.watch, f"seed {seed}"
     assert traced == ref.trace, f"seed {seed}"  # one trace record per feedback event, in order
+    read_back = final.pop("slots")
     assert final == {name: ref.stats[name] for name in STATS}, f"seed {seed}"
+    assert read_back == [[(e[0], e[1]) for e in row] for row in ref.table], f"seed {seed}"
     seen["watch_stop"] = sum(1 for w in ref.watch if not w[3])
     seen.update(Counter(t[4].name for t in traced))
     print(dict(seen), final)
@@ -905,6 +918,13 @@ def test_watch_backpressure_never_drops_a_record():
     simulate(dut, bench, name="backpressure", watch=drain)
 
 
+def model_state(state) -> EvState:
+    """The stored state of a slot in state ``state`` of the reference model (``mrcnic.model.ev``)."""
+    from mrcnic.model.ev import EvState as ModelState
+
+    return GOOD if state == ModelState.SKIP else EvState(int(state))
+
+
 @pytest.mark.parametrize("backups", [0, 2])
 def test_reference_model_agrees(backups):
     """The reference model (``mrcnic.model.ev``) makes the same choices and the same EV state changes as
@@ -976,6 +996,8 @@ def test_reference_model_agrees(backups):
         assert (stats["retired"], stats["restored"]) == (t.retired, t.restored)
         assert stats["replaced"] == seen["replaced"]
         assert await b.watched() == []
+        # Read back, every slot agrees with the model's (SKIP is stored as GOOD with a skip count).
+        assert await b.read_all(0) == [(x.ev, model_state(x.state)) for x in t.slots]
         # The EV tables agree slot by slot (enough rotations to drain any skip counter).
         b.planes(ready=(1 << planes) - 1)
         assert await b.evs(0, rotations=20) == {i: x.ev for i, x in enumerate(t.slots) if x.usable}
@@ -984,3 +1006,150 @@ def test_reference_model_agrees(backups):
     print(dict(seen))
     assert seen["retired"] > 5 and seen["restored"] > 5
     assert (seen["replaced"] > 0) == (backups > 0)
+
+
+def test_read_back_slots():
+    """``slot_read`` answers each slot's EV and stored state: after configuration (state 1 is taken as
+    GOOD), a retirement in place, a replacement by a backup, a probe restore, skip feedback (still GOOD), a
+    DENY and a RESTORE; a read waits while the table is cleared after reset; a QP that does not exist
+    answers ``{0, DENIED}``."""
+    rng = random.Random(new_seed())
+    n, planes, nb = 16, 4, 2
+    dut = PathSelector(qps=3, ev_slots=n, planes=planes, backups=nb)
+    evs = slot_evs(3, n, planes, rng)
+    bk = make_ev(1, 77, 4321)
+
+    async def bench(ctx):
+        b = Bench(ctx, dut, rng)
+        # Issued during the clear: taken once it is over, and then every slot is DENIED with EV 0.
+        assert await b.read(2, 5) == (0, DENIED)
+        assert await b.read_all(0) == [(0, DENIED)] * n
+        b.planes(min_active=0)
+        await fill(b, evs[:2], [0xACE1, 0x1234])
+        expect = [[(ev, GOOD) for ev in row] for row in evs[:2]]
+        assert [await b.read_all(q) for q in range(2)] == expect
+        await b.reserve(0, 1, 0, bk)
+        await b.feedback(0, 2, evs[0][2], Ev.LOSS)  # plane 2, no backup: ASSUMED_BAD in place
+        await b.feedback(0, 5, evs[0][5], Ev.LOSS)  # plane 1: the backup takes the slot
+        await b.feedback(0, 6, evs[0][6], Ev.LOSS)
+        await b.feedback(0, 6, evs[0][6], Ev.PROBE_OK)  # back to GOOD
+        await b.feedback(0, 7, evs[0][7], Ev.TRIM)  # skip 4: still GOOD
+        await b.feedback(1, 3, evs[1][3], Ev.DENY)
+        await b.feedback(1, 4, evs[1][4], Ev.DENY)
+        await b.feedback(1, 4, evs[1][4], Ev.RESTORE)
+        await b.configure(1, 8, evs[1][8], BAD)
+        # State 1 (SKIP in the register map) is no EvState member: set the raw bits.
+        cfg = dut.configure
+        layout = cfg.payload.shape()
+        raw = layout.const({"qp": 1, "slot": 9, "ev": evs[1][9], "state": GOOD}).as_value().value
+        ctx.set(cfg.payload.as_value(), raw | 1 << layout["state"].offset)
+        ctx.set(cfg.valid, 1)
+        await ctx.tick().until(cfg.ready)
+        ctx.set(cfg.valid, 0)
+        expect[0][2] = (evs[0][2], BAD)
+        expect[0][5] = (bk, GOOD)
+        expect[1][3] = (evs[1][3], DENIED)
+        expect[1][8] = (evs[1][8], BAD)
+        assert [await b.read_all(q) for q in range(2)] == expect
+        stats = await b.stats()
+        assert (stats["retired"], stats["replaced"], stats["restored"]) == (3, 1, 1)  # a RESTORE of DENIED: 0
+        # The slot configured with state 1 is used like any GOOD slot; the skipped one too, later.
+        assert set(await b.slots(3 * n, qp=1)) == set(range(n)) - {3, 8}
+        assert await b.read(3, 0) == (0, DENIED)  # QP 3 of 3
+        assert await b.read(3, n - 1) == (0, DENIED)
+
+    simulate(dut, bench, name="read_back")
+
+
+def _run_under_load(seed, reads):
+    """Set a table up, then requests back to back (a new one offered as soon as the last is taken,
+    responses always taken) with busy planes now and then, and with ``reads``, a host read offered in
+    every cycle as well. Returns the responses with the cycle each left, the read answers and the
+    expected table."""
+    rng = random.Random(seed)
+    qps, n, planes, nb = 2, 16, 4, 2
+    dut = PathSelector(qps=qps, ev_slots=n, planes=planes, backups=nb)
+    evs = slot_evs(qps, n, planes, rng)
+    ref = Reference(qps, n, planes, nb)
+    responses, answers, done = [], [], {}
+    count = 400
+    qs = [rng.randrange(qps) for _ in range(count)]
+    readies = [rng.choice([0b1111] * 3 + [0b1011, 0b0101]) for _ in range(count)]
+
+    async def load(ctx):
+        b = Bench(ctx, dut, rng, stall=0)
+        b.planes(min_active=0)
+        await fill(b, evs, [0xACE1, 0x77])
+        for q, row in enumerate(evs):
+            for s, ev in enumerate(row):
+                ref.configure(q, s, ev, GOOD)
+        for q, s in ((0, 1), (0, 4), (1, 7)):
+            await b.feedback(q, s, evs[q][s], Ev.LOSS)
+            ref.feedback(q, s, evs[q][s], Ev.LOSS, 0b1111, 0)
+        for q, s, event in ((0, 3, Ev.TRIM), (1, 2, Ev.ECN), (1, 5, Ev.DENY)):
+            await b.feedback(q, s, evs[q][s], event)
+            ref.feedback(q, s, evs[q][s], event, 0b1111, 0)
+        await ctx.tick().repeat(4)
+        done["setup"] = True
+        req, resp = dut.request, dut.response
+        ctx.set(resp.ready, 1)
+        ctx.set(req.valid, 1)
+        ctx.set(req.payload, {"qp": qs[0], "avoid_slot": 0, "avoid_valid": 0})
+        b.planes(ready=readies[0])
+        issued, cycle = 0, 0
+        async for _, _, taken, valid, p in ctx.tick().sample(req.ready, resp.valid, resp.payload):
+            cycle += 1
+            if valid:
+                responses.append((cycle, p.qp, p.found, p.slot, p.ev))
+                if len(responses) < count:
+                    b.planes(ready=readies[len(responses)])
+            if taken:
+                issued += 1
+                if issued == count:
+                    ctx.set(req.valid, 0)
+                else:
+                    ctx.set(req.payload, {"qp": qs[issued], "avoid_slot": 0, "avoid_valid": 0})
+            if len(responses) == count:
+                break
+        done["load"] = True
+
+    async def reader(ctx):
+        sr, sa = dut.slot_read, dut.slot_read_answer
+        while "setup" not in done:
+            await ctx.tick()
+        ctx.set(sa.ready, 1)
+        ctx.set(sr.valid, 1)
+        at, asked = 0, []
+        ctx.set(sr.payload, {"qp": 0, "slot": 0})
+        async for _, _, taken, valid, p in ctx.tick().sample(sr.ready, sa.valid, sa.payload):
+            if valid:
+                answers.append((*asked.pop(0), p.ev, EvState(p.state)))
+            if taken:
+                asked.append(divmod(at % (qps * n), n))
+                at += 1
+                q, s = divmod(at % (qps * n), n)
+                ctx.set(sr.payload, {"qp": q, "slot": s})
+            if "load" in done:
+                break
+        ctx.set(sr.valid, 0)
+
+    simulate(dut, load, *([reader] if reads else []), name=f"read_load_{int(reads)}")
+    return responses, answers, ref.table
+
+
+def test_read_back_under_load():
+    """Host reads offered in every cycle while requests come back to back: every response leaves in the
+    same cycle, with the same choice, as without the reads, and the reads complete (each gets the cycle
+    of a request's last visit), every answer right."""
+    seed = new_seed()
+    quiet, none, _ = _run_under_load(seed, reads=False)
+    loaded, answers, table = _run_under_load(seed, reads=True)
+    assert none == []
+    assert loaded == quiet, f"seed {seed}"
+    assert sum(1 for r in quiet if not r[2]) < len(quiet) // 4  # mostly found: the load is real
+    cycles = quiet[-1][0] - quiet[0][0]
+    print(f"{len(quiet)} decisions in {cycles} cycles, {len(answers)} reads")
+    assert len(answers) >= len(quiet) // 3, len(answers)
+    for q, s, ev, state in answers:
+        assert (ev, state) == tuple(table[q][s][:2]), (q, s)
+    assert {(q, s) for q, s, *_ in answers} == {(q, s) for q in range(2) for s in range(16)}
