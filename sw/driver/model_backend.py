@@ -95,7 +95,8 @@ class _QpContext:
         self.sq_stopped = False
         self.sq_consumer = 0
         self.sq_completed = 0
-        self.rq_consumer = 0
+        self.rq_consumer = 0  # RECV_IMM CQEs written (SQ_COMPLETED: SEND CQEs written)
+        self.rq_taken = 0  # receives consumed by the model (their CQEs may wait for room in the CQ)
         self.posted: deque = deque()  # (sq index, msn) sent to the model, not yet completed
         self.recv_seen = 0  # receiver completions already turned into CQEs
         self.receives_posted = 0  # RQ_PRODUCER as handed to the model
@@ -373,7 +374,6 @@ class ModelDevice(Transport):
             self._serve_sq(index)
 
     def _send_cqe(self, index: int, sq_index: int, status: CqeStatus, msn: int = 0) -> None:
-        self.qps[index].sq_completed += 1
         self.cq_pending.append(Cqe(sq_index, CqeKind.SEND, status, index, msn=msn & 0xFFFF))
         self._flush_cq()
 
@@ -394,8 +394,8 @@ class ModelDevice(Transport):
             if entry[1] != "recv_imm":
                 continue  # a plain WRITE, or a failed message (NAKed: no receive completion, §7.6)
             _, _, rqmsn, imm, size = entry
-            rq_index = q.rq_consumer & 0xFFFF
-            q.rq_consumer += 1
+            rq_index = q.rq_taken & 0xFFFF
+            q.rq_taken += 1
             self.cq_pending.append(
                 Cqe(
                     rq_index,
@@ -423,6 +423,10 @@ class ModelDevice(Transport):
             self.memory_store(base + (self.cq_producer % (1 << log2)) * CQE_BYTES, cqe.encode())
             self.cq_producer += 1
             self.host_counts["cqes_written"] += 1
+            if cqe.kind == CqeKind.SEND:
+                self.qps[cqe.qp].sq_completed += 1
+            else:
+                self.qps[cqe.qp].rq_consumer += 1
 
     def step(self) -> None:
         """After the fabric ran: new receive completions."""

@@ -197,3 +197,40 @@ async def ev_slots_read_back(pair: Pair, rng: random.Random):
     else:
         for s, (ev, _) in enumerate(during):
             assert ev == profile.slots[s] or ev in profile.backups[s % planes], (s, hex(ev))
+
+
+async def completion_queue_full(pair: Pair, rng: random.Random):
+    """A receiver that stops polling for a while: its completion queue fills with RECV_IMM completions
+    and the NIC holds the rest back (``host_cq_full_stalls``), writing exactly one ring's worth; once the
+    host polls again (within the sender's retry budget), every completion arrives in order and nothing is
+    lost, the sender gets a SUCCESS completion for every WRITE, and the data lands."""
+    a, b, qa, qb = pair.a, pair.b, pair.qa, pair.qb
+    depth = 1 << b.cq_log2
+    n, size = depth + depth // 2, 256
+    source, region = a.memory.allocate(n * size), b.memory.allocate(n * size)
+    data = rng.randbytes(n * size)
+    await a.t.mem_write(source, data)
+    mr = await b.register_memory(region, n * size)
+    for i in range(n):
+        await qb.post_recv(wr_id=i)
+    sent, posted = [], 0
+    for _ in range(2000):
+        while posted < n and qa.outstanding < qa.sq_depth:
+            at = posted * size
+            await qa.post_write_imm(source + at, mr.address + at, mr.rkey, size, posted, wr_id=posted)
+            posted += 1
+        sent += await a.poll_cq()
+        if posted == n:
+            break
+        await a.t.idle(1000)
+    assert posted == n, f"{posted} of {n} posted: the sender's completions stopped"
+    await a.t.idle(20_000)
+    assert (await b.counters())["host_cq_full_stalls"] > 0, "the receiver's completion queue never filled"
+    assert (await b.queue_state(qb.index))["rq_consumer"] == depth  # exactly a ring's worth written
+    received = await b.wait_completions(n, timeout_ns=5e6)
+    sent += await a.wait_completions(n - len(sent), timeout_ns=5e6)
+    assert [(c.wr_id, c.imm, c.byte_len, c.ok) for c in received] == [(i, i, size, True) for i in range(n)]
+    bad = [(i, c.wr_id, c.status.name) for i, c in enumerate(sent) if (c.wr_id, c.ok) != (i, True)]
+    assert len(sent) == n and not bad, (len(sent), bad[:8])
+    assert await b.t.mem_read(mr.address, n * size) == data
+    assert await b.poll_cq() == [] and (await b.counters())["host_cqes_written"] == n

@@ -36,7 +36,14 @@ def model_pair(seed):
 
 @pytest.mark.parametrize(
     "scenario",
-    ["write_and_write_imm", "misuse", "protection_error", "write_imm_without_receive", "ev_slots_read_back"],
+    [
+        "write_and_write_imm",
+        "misuse",
+        "protection_error",
+        "write_imm_without_receive",
+        "ev_slots_read_back",
+        "completion_queue_full",
+    ],
 )
 def test_model(scenario):
     seed = new_seed()
@@ -137,6 +144,12 @@ async def rtl_ev_slots_read_back(dut):
 
 
 @cocotb.test()
+async def rtl_completion_queue_full(dut):
+    _, pair = await _rtl_pair(dut)
+    await scenarios.completion_queue_full(pair, random.Random(cocotb.RANDOM_SEED))
+
+
+@cocotb.test()
 async def rtl_peer_stops_answering(dut):
     bench, pair = await _rtl_pair(dut)
     bench.nics[1].fault = lambda nic, plane, frame, raw: []  # nothing reaches B any more
@@ -157,6 +170,7 @@ def test_rtl_backend():
             "rtl_protection_error",
             "rtl_write_imm_without_receive",
             "rtl_ev_slots_read_back",
+            "rtl_completion_queue_full",
             "rtl_peer_stops_answering",
         ],
     )
