@@ -107,7 +107,8 @@ class UartTx(wiring.Component):
         bits = Signal(range(11))
         shreg = Signal(10, init=0x3FF)
         m.d.comb += self.tx.eq(shreg[0])
-        m.d.comb += self.data.ready.eq(bits == 0)
+        # Ready in the last cycle of the stop bit too: characters go out back to back.
+        m.d.comb += self.data.ready.eq((bits == 0) | ((bits == 1) & (timer == 0)))
         with m.If(self.data.valid & self.data.ready):
             # start bit (0), data LSB first, stop bit (1)
             m.d.sync += [shreg.eq(Cat(0, self.data.payload, 1)), bits.eq(10), timer.eq(self.divisor - 1)]
