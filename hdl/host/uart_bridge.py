@@ -20,7 +20,7 @@ registers, its data words in a buffer (``max_words`` + 1 words: the CRC lands th
 every byte. At the delimiter:
 
 1. a frame that had a COBS error, a character with a framing error, a character that arrived while the
-   bridge was busy (executing or handing over an answer), or fewer than 12 bytes is dropped: no answer;
+   bridge was busy (see below), or fewer than 12 bytes is dropped: no answer;
 2. a CRC mismatch is answered BAD_CRC (with the SEQ as received: the host only acts on an answer whose SEQ
    it is waiting for, and retrying is always safe);
 3. reserved CMD bits, COUNT 0 or above ``max_words``, a length that does not match, an unaligned address,
@@ -37,7 +37,11 @@ Only a request that reaches step 5 changes the remembered last write (a read for
 the delimiter performs an access, so a corrupted or truncated frame never does. R and B are always
 ready, so a response that comes after its timeout is absorbed while the bridge waits for the next frame.
 The answer goes through the COBS encoder, which holds up to 254 bytes (one block), so the bridge listens
-again as soon as the answer's last byte has been handed over, while the encoder still sends.
+again as soon as the answer's last byte has been handed over, while the encoder still sends. *Busy* is:
+the cycle of the checks, the accesses, and handing over an answer that carries read data (it comes from
+the buffer the next request would fill); an answer without data (writes, errors) is handed over while the
+next frame is received, so the two halves of a frame split by a corrupted 0x00 are each answered as if
+they had come apart. A frame complete while the bridge is still answering waits for its checks.
 """
 
 from amaranth import Cat, Module, Mux, Signal
@@ -242,7 +246,11 @@ class UartBridge(wiring.Component):
         last4 = Signal(32)  # the last four bytes: the CRC field at the end
         partial = Signal(24)  # the word being assembled
         discard = Signal()  # a byte of this frame arrived while the bridge was busy
+        listen = Signal()  # the state lets the receiver take bytes
+        frame_pending = Signal()  # a complete frame waits for CHECK: later bytes are dropped meanwhile
         receiving = Signal()
+        m.d.comb += receiving.eq(listen & ~frame_pending)
+        answer_seq = Signal(16)  # the receiver may take the next frame while this answer goes out
 
         # -- the remembered last write (for retries) and the answer
         last_valid = Signal()
@@ -266,6 +274,28 @@ class UartBridge(wiring.Component):
                 m.d.comb += bad_frame_inc[0].eq(1)
             with m.Else():
                 m.d.sync += discard.eq(1)
+        with m.If(dec.o.valid & receiving & ~item.end):
+            with m.If(pos != 1023):
+                m.d.sync += pos.eq(pos + 1)
+            m.d.comb += [rx_crc.valid.eq(1), rx_crc.data.eq(byte), rx_crc.start.eq(pos == 0)]
+            m.d.sync += [last4.eq(Cat(last4[8:], byte)), partial.eq(Cat(partial[8:], byte))]
+            with m.Switch(pos):
+                for k, field in enumerate((seq[:8], seq[8:], cmd, count)):
+                    with m.Case(k):
+                        m.d.sync += field.eq(byte)
+                for k in range(4):
+                    with m.Case(4 + k):
+                        m.d.sync += address[8 * k : 8 * k + 8].eq(byte)
+            slot = (pos >> 2) - 2
+            with m.If((pos >= 8) & (pos[:2] == 3) & (slot < depth)):
+                m.d.comb += [wp.addr.eq(slot), wp.data.eq(Cat(partial, byte)), wp.en.eq(1)]
+        with m.If(dec.o.valid & receiving & item.end):
+            m.d.sync += discard.eq(0)
+            with m.If(item.error | discard | (pos < MIN_REQUEST)):
+                m.d.comb += bad_frame_inc[1].eq(1)
+                m.d.sync += pos.eq(0)
+            with m.Else():
+                m.d.sync += frame_pending.eq(1)
 
         write = cmd[0]
         space = cmd[1]
@@ -326,29 +356,9 @@ class UartBridge(wiring.Component):
 
         with m.FSM():
             with m.State("RECEIVE"):
-                m.d.comb += receiving.eq(1)
-                with m.If(dec.o.valid & ~item.end):
-                    with m.If(pos != 1023):
-                        m.d.sync += pos.eq(pos + 1)
-                    m.d.comb += [rx_crc.valid.eq(1), rx_crc.data.eq(byte), rx_crc.start.eq(pos == 0)]
-                    m.d.sync += [last4.eq(Cat(last4[8:], byte)), partial.eq(Cat(partial[8:], byte))]
-                    with m.Switch(pos):
-                        for k, field in enumerate((seq[:8], seq[8:], cmd, count)):
-                            with m.Case(k):
-                                m.d.sync += field.eq(byte)
-                        for k in range(4):
-                            with m.Case(4 + k):
-                                m.d.sync += address[8 * k : 8 * k + 8].eq(byte)
-                    slot = (pos >> 2) - 2
-                    with m.If((pos >= 8) & (pos[:2] == 3) & (slot < depth)):
-                        m.d.comb += [wp.addr.eq(slot), wp.data.eq(Cat(partial, byte)), wp.en.eq(1)]
-                with m.If(dec.o.valid & item.end):
-                    m.d.sync += discard.eq(0)
-                    with m.If(item.error | discard | (pos < MIN_REQUEST)):
-                        m.d.comb += bad_frame_inc[1].eq(1)
-                        m.d.sync += pos.eq(0)
-                    with m.Else():
-                        m.next = "CHECK"
+                m.d.comb += listen.eq(1)
+                with m.If(frame_pending):
+                    m.next = "CHECK"
 
             with m.State("CHECK"):
                 expected = Signal(range(1024))
@@ -375,6 +385,7 @@ class UartBridge(wiring.Component):
                 )
                 repeated = write & last_valid & (last_seq == seq) & (last_crc == last4)
                 m.d.sync += [pos.eq(0), done.eq(0), index.eq(0), timer.eq(0), with_data.eq(0), a_pos.eq(0)]
+                m.d.sync += [frame_pending.eq(0), answer_seq.eq(seq)]
                 with m.If(~rx_crc.match_detected):
                     m.d.sync += [status.eq(Status.BAD_CRC), count_up(self.stat_bad_crc)]
                     m.next = "ANSWER_HEADER"
@@ -469,7 +480,8 @@ class UartBridge(wiring.Component):
                 m.d.comb += [
                     enc.i.valid.eq(1),
                     tx_crc.start.eq(a_pos == 0),
-                    answer_byte.eq(Cat(seq, status, done).word_select(a_pos, 8)),
+                    answer_byte.eq(Cat(answer_seq, status, done).word_select(a_pos, 8)),
+                    listen.eq(~with_data),
                 ]
                 with m.If(enc.i.ready):
                     m.d.sync += a_pos.eq(a_pos + 1)
@@ -498,6 +510,7 @@ class UartBridge(wiring.Component):
                     enc.i.payload.last.eq(a_pos == 3),
                     answer_byte.eq(tx_crc.crc.word_select(a_pos, 8)),
                     crc_phase.eq(1),
+                    listen.eq(~with_data),
                 ]
                 with m.If(enc.i.ready):
                     m.d.sync += a_pos.eq(a_pos + 1)
