@@ -6,13 +6,15 @@ over a lossy line, URL parsing. Seeds printed (``UART_PROTOCOL_SEED=<seed>`` rer
 import asyncio
 import os
 import random
+import select
+import threading
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mrcnic.driver import DriverError, InvalidParameter
-from mrcnic.driver.uart_backend import UartTransport, parse_uart_url
+from mrcnic.driver.uart_backend import UartTransport, open_uart, parse_uart_url
 from mrcnic.driver.uart_protocol import (
     MAX_WORDS,
     Answer,
@@ -443,3 +445,43 @@ def test_uart_urls():
     ):
         with pytest.raises(InvalidParameter, match=reason):
             parse_uart_url(url)
+
+
+def test_serial_port_end_to_end_on_a_pty():
+    """open_uart on a real tty (a pseudo-terminal, through pyserial), the bridge model on its other end."""
+    bus = Bus()
+    model = BridgeModel(bus.read, bus.write)
+    master, slave = os.openpty()
+    stop = threading.Event()
+
+    def bridge():
+        deframer = Deframer()
+        while not stop.is_set():
+            if select.select([master], [], [], 0.02)[0]:
+                for frame in deframer.feed(os.read(master, 4096)):
+                    answer = model.receive(frame)
+                    if answer is not None:
+                        os.write(master, answer)
+
+    thread = threading.Thread(target=bridge, daemon=True)
+    thread.start()
+    try:
+        transport = open_uart(f"uart://{os.ttyname(slave)}?baud=115200&memory=0x100:4K&timeout=1")
+        assert (transport.memory_base, transport.memory_size) == (0x100, 0x1000)
+        assert transport.describe() == f"NIC behind the UART bridge on {os.ttyname(slave)} at 115200 baud"
+
+        async def body():
+            await transport.write32(0x20, 0x12345678)
+            assert await transport.read32(0x20) == 0x12345678
+            await transport.mem_write(0x100, bytes(range(200)))
+            assert await transport.mem_read(0x100, 200) == bytes(range(200))
+            await transport.close()
+
+        asyncio.run(body())
+        # the sync read, two register accesses, two memory requests
+        assert transport.stats["retries"] == 0 and model.counters["frames_ok"] == 5
+    finally:
+        stop.set()
+        thread.join()
+        os.close(master)
+        os.close(slave)
