@@ -53,7 +53,8 @@ async def open(target, *, cq_depth: int = 256) -> Nic:
     """Open a NIC: a :class:`Transport`, or a device URL.
 
     URLs: ``model:`` (a reference-model NIC on its own simulated fabric, with a peer NIC next to it),
-    ``uart:<port>`` (a board's UART bridge: arrives with the board support, issue 8).
+    ``uart:<port>[?baud=N&memory=BASE:SIZE&timeout=S&retries=N]`` (a board's UART host bridge on a serial
+    port, e.g. ``uart:///dev/ttyUSB1?baud=1000000``; docs/uart-bridge.md).
     """
     if isinstance(target, Transport):
         return await open_nic(target, cq_depth=cq_depth)
@@ -67,5 +68,12 @@ async def open(target, *, cq_depth: int = 256) -> Nic:
             raise InvalidParameter(f"model URL {target!r}: use 'model:'")
         return await open_nic(ModelCluster(2).devices[0], cq_depth=cq_depth)
     if scheme == "uart":
-        raise DriverError("the UART bridge backend comes with the board support (issue 8); use 'model:'")
+        from .uart_backend import open_uart
+
+        transport = open_uart(target)
+        try:
+            return await open_nic(transport, cq_depth=cq_depth)
+        except BaseException:
+            await transport.close()
+            raise
     raise InvalidParameter(f"unknown device URL {target!r}: expected 'model:' or 'uart:<port>'")

@@ -75,7 +75,9 @@ def test_open_urls():
         assert info["capabilities"].planes == 4 and all(info["ports_up"])
         for url, error in (
             ("model:x", driver.InvalidParameter),
-            ("uart:/dev/ttyUSB0", driver.DriverError),
+            ("uart:/dev/mrcnic-no-such-port?baud=115200", driver.DriverError),
+            ("uart:///dev/ttyUSB1?parity=even", driver.InvalidParameter),
+            ("uart:///dev/ttyUSB1?memory=0x1000", driver.InvalidParameter),
             ("pcie:0", driver.InvalidParameter),
         ):
             with pytest.raises(error):

@@ -40,9 +40,9 @@ def test_views_after_a_transfer(capsys):
 
 
 def test_errors_are_one_clear_line(capsys):
-    assert main(["info", "--device", "uart:/dev/ttyUSB0"]) == 1
+    assert main(["info", "--device", "uart:/dev/mrcnic-no-such-port"]) == 1
     assert capsys.readouterr().out.strip() == (
-        "mrcnic info: the UART bridge backend comes with the board support (issue 8); use 'model:'"
+        "mrcnic info: cannot open UART port /dev/mrcnic-no-such-port: No such file or directory"
     )
     assert main(["paths", "--device", "model:", "--qp", "9"]) == 1
     assert "QP 9 outside 0..3" in capsys.readouterr().out
