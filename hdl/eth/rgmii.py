@@ -15,10 +15,11 @@ Members:
   ``tx_domain``, RX signals out in ``rx_domain``, registered.
 * ``rgmii``: only without pins (simulation): Out(:class:`RgmiiPinsSignature`), the six pins as ports.
 
-Clock domains: ``tx_domain`` (125 MHz, the board's) drives the TX side; this block *defines*
-``rx_domain`` with the clock from the ``RXC`` pin and a reset released synchronously to it after the TX
-domain's reset (``ResetSynchronizer``). ``tx_clock_domain``, if given, is a copy of the TX clock shifted
-by +90 degrees (a second PLL output) that drives ``TXC``.
+Clock domains (all defined by the parent, e.g. the board top): ``tx_domain`` (125 MHz, the board's)
+drives the TX side; this block *drives* the clock of ``rx_domain`` from the ``RXC`` pin and its reset,
+released synchronously to it after the TX domain's reset (``ResetSynchronizer``), so the parent defines
+that domain and leaves it undriven. ``tx_clock_domain``, if given, is a copy of the TX clock shifted by
++90 degrees (a second PLL output) that drives ``TXC``.
 
 With pins (``pins``: the ``eth_rgmii`` resource requested with ``dir="-"`` for its clock, control and
 data subsignals, e.g. :func:`request_rgmii`; both the ``tx_ctl``/``rx_ctl`` and the ``tx_ctrl``/
@@ -160,7 +161,6 @@ class RgmiiPhy(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         tx, rx = self.tx_domain, self.rx_domain
-        m.domains[rx] = ClockDomain(rx)
         m.submodules.rx_reset = ResetSynchronizer(ResetSignal(tx), domain=rx)
 
         if self._pins is None:
