@@ -8,12 +8,12 @@ store-and-forward buffers and the MAC (IEEE Std 802.3-2022 clauses 3 and 4 over 
 ::
 
     core domain              │ tx domain (125 MHz, local)
-    s_axis ► AsyncFIFO ──────┼─► ByteSerializer ► TxBuffer (ring) ► TxMac ──────────► gmii.txd/tx_en/tx_er
+    s_axis ► AsyncFIFO ──────┼─► ByteSerializer ► FIFO ► TxBuffer (ring) ► TxMac ───► gmii.txd/tx_en/tx_er
                              │                                        │ status
     counters ◄ PortCounters ◄┼── AsyncFIFO ◄── {sent, dropped} ◄──────┘
                       ▲      │ rx domain (125 MHz, from the PHY)
                       └──────┼── AsyncFIFO ◄── RxBuffer status ◄┐
-    m_axis ◄ AsyncFIFO ◄─────┼── BytePacker ◄ RxBuffer (ring) ◄─┴ RxMac ◄──────────── gmii.rxd/rx_dv/rx_er
+    m_axis ◄ AsyncFIFO ◄─────┼── BytePacker ◄ FIFO ◄ RxBuffer (ring) ◄─┴ RxMac ◄────── gmii.rxd/rx_dv/rx_er
 
 Members:
 
@@ -55,11 +55,18 @@ from amaranth.lib.wiring import In, Out
 
 from ..stream import AxiStreamSignature, PacketLayout
 from .counters import COUNTERS, PortCounters
-from .frame import DEFAULT_IFG, DEFAULT_MAX_FRAME, RxStatusLayout, TxStatusLayout, check_max_frame
+from .frame import (
+    DEFAULT_IFG,
+    DEFAULT_MAX_FRAME,
+    ByteLayout,
+    RxStatusLayout,
+    TxStatusLayout,
+    check_max_frame,
+)
 from .gmii import GmiiSignature
 from .rx_buffer import RxBuffer
 from .rx_mac import RxMac
-from .tx_buffer import TxBuffer
+from .tx_buffer import SerialByteLayout, TxBuffer
 from .tx_mac import TxMac
 from .width import BytePacker, ByteSerializer
 
@@ -105,6 +112,17 @@ class EthernetPort(wiring.Component):
             }
         )
 
+    @staticmethod
+    def _connect_fifo(m, source, queue, sink):
+        m.d.comb += [
+            queue.w_data.eq(source.payload),
+            queue.w_en.eq(source.valid),
+            source.ready.eq(queue.w_rdy),
+            sink.payload.eq(queue.r_data),
+            sink.valid.eq(queue.r_rdy),
+            queue.r_en.eq(sink.ready),
+        ]
+
     def elaborate(self, platform):
         m = Module()
         core, tx, rx = self.core_domain, self.tx_domain, self.rx_domain
@@ -135,7 +153,12 @@ class EthernetPort(wiring.Component):
             serializer.i.valid.eq(tx_fifo.r_rdy),
             tx_fifo.r_en.eq(serializer.i.ready),
         ]
-        wiring.connect(m, serializer.o, tx_buffer.i)
+        # Short FIFOs on the octet streams keep the ready chains short: their write side's ready is a
+        # register, so neither the core-side FIFO nor a ring's read pipeline waits on the other side.
+        m.submodules.tx_octets = tx_octets = to_tx(
+            fifo.SyncFIFOBuffered(width=SerialByteLayout().size, depth=4)
+        )
+        self._connect_fifo(m, serializer.o, tx_octets, tx_buffer.i)
         wiring.connect(m, tx_buffer.o, tx_mac.i)
         m.d.comb += [
             self.gmii.txd.eq(tx_mac.txd),
@@ -157,7 +180,8 @@ class EthernetPort(wiring.Component):
             rx_mac.rx_er.eq(self.gmii.rx_er),
         ]
         wiring.connect(m, rx_mac.o, rx_buffer.i)
-        wiring.connect(m, rx_buffer.o, packer.i)
+        m.submodules.rx_octets = rx_octets = to_rx(fifo.SyncFIFOBuffered(width=ByteLayout().size, depth=4))
+        self._connect_fifo(m, rx_buffer.o, rx_octets, packer.i)
         m.submodules.rx_fifo = rx_fifo = fifo.AsyncFIFOBuffered(
             width=beat.size, depth=self.cdc_depth + 1, w_domain=rx, r_domain=core
         )

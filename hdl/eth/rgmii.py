@@ -51,6 +51,7 @@ behavioural model with the same pairing of edges, for Verilator and cocotbext-et
 from __future__ import annotations
 
 from amaranth import Cat, ClockDomain, ClockSignal, Const, Instance, Module, Mux, ResetSignal, Signal
+from amaranth.build import Attrs, Resource, ResourceError
 from amaranth.lib import io, wiring
 from amaranth.lib.cdc import ResetSynchronizer
 from amaranth.lib.wiring import In, Out
@@ -103,10 +104,22 @@ _PIN_SUBSIGNALS = ("tx_clk", "tx_ctl", "tx_ctrl", "tx_data", "rx_clk", "rx_ctl",
 
 
 def request_rgmii(platform, number: int = 0, resource: str = "eth_rgmii"):
-    """Request an ``eth_rgmii`` resource with raw ports (``dir="-"``) for all its subsignals; the RGMII
-    ones go to :class:`RgmiiPhy`, the others (``rst``, ``mdc``, ``mdio``) are the caller's."""
-    names = [sub.name for sub in platform.lookup(resource, number).ios]
-    return platform.request(resource, number, dir={name: "-" for name in names})
+    """The RGMII clock, control and data pins of an ``eth_rgmii`` resource, as raw ports for
+    :class:`RgmiiPhy`.
+
+    They are requested as a derived resource ``<resource>_pins`` holding only those subsignals (same
+    pins and attributes), because on some boards (Colorlight 5A-75B) the two ports' resources share the
+    ``rst``/``mdc``/``mdio`` pins and cannot both be requested. The caller drives the PHY reset and
+    management pins through resources of its own, if it needs them."""
+    original = platform.lookup(resource, number)
+    name = f"{resource}_pins"
+    try:
+        platform.lookup(name, number)
+    except ResourceError:
+        subsignals = [sub for sub in original.ios if sub.name in _PIN_SUBSIGNALS]
+        platform.add_resources([Resource(name, number, *subsignals, Attrs(**original.attrs))])
+    subsignals = [sub.name for sub in platform.lookup(name, number).ios]
+    return platform.request(name, number, dir={sub: "-" for sub in subsignals})
 
 
 def _pin(pins, *names):
@@ -248,9 +261,11 @@ class RgmiiPhy(wiring.Component):
             m.d.comb += tx_clk.o.eq(delayed)
 
         # RX clock: the PHY's RXC clocks the RX domain.
-        m.submodules.rx_clk = rx_clk = io.Buffer("i", _pin(pins, "rx_clk"))
+        rx_clk_pin = _pin(pins, "rx_clk")
+        m.submodules.rx_clk = rx_clk = io.Buffer("i", rx_clk_pin)
         m.d.comb += ClockSignal(rx).eq(rx_clk.i)
-        platform.add_clock_constraint(rx_clk.i, CLOCK_HZ)
+        # On the pad (FREQUENCY PORT): a constraint on the buffer's net may not survive synthesis.
+        platform.add_clock_constraint(getattr(rx_clk_pin, "io", rx_clk.i), CLOCK_HZ)
 
         # RX data and control.
         rx_data_pin, rx_ctl_pin = _pin(pins, "rx_data"), _pin(pins, "rx_ctl", "rx_ctrl")

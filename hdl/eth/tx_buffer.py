@@ -65,6 +65,7 @@ class TxBuffer(wiring.Component):
 
         limit = self.max_frame - FCS_BYTES
         length = Signal(range(limit + 1))  # octets of the frame in progress stored so far
+        at_limit = Signal()  # length == limit, as a register
         dropping = Signal()  # the frame in progress is too long: swallow the rest of it
         beat = self.i.payload
         take = Signal()
@@ -79,17 +80,17 @@ class TxBuffer(wiring.Component):
         with m.Elif(beat.empty):
             m.d.comb += self.i.ready.eq(~beat.last | (length != 0) | self.drop_ok)
             with m.If(take & beat.last):
-                m.d.sync += length.eq(0)
+                m.d.sync += [length.eq(0), at_limit.eq(0)]
                 with m.If(length == 0):
                     m.d.sync += self.dropped.eq(1)
                 with m.Else():
                     m.d.comb += [ring.w_mark_last.eq(1), ring.w_commit.eq(1)]
-        with m.Elif(length == limit):
+        with m.Elif(at_limit):
             # One octet more than the longest frame that can be sent.
             m.d.comb += self.i.ready.eq(~beat.last | self.drop_ok)
             with m.If(take):
                 m.d.comb += ring.w_discard.eq(1)
-                m.d.sync += length.eq(0)
+                m.d.sync += [length.eq(0), at_limit.eq(0)]
                 with m.If(beat.last):
                     m.d.sync += self.dropped.eq(1)
                 with m.Else():
@@ -97,9 +98,9 @@ class TxBuffer(wiring.Component):
         with m.Else():
             m.d.comb += [self.i.ready.eq(ring.w_room), ring.w_en.eq(self.i.valid)]
             with m.If(take):
-                m.d.sync += length.eq(length + 1)
+                m.d.sync += [length.eq(length + 1), at_limit.eq(length == limit - 1)]
                 with m.If(beat.last):
                     m.d.comb += ring.w_commit.eq(1)
-                    m.d.sync += length.eq(0)
+                    m.d.sync += [length.eq(0), at_limit.eq(0)]
 
         return m

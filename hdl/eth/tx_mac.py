@@ -102,7 +102,7 @@ class TxMac(wiring.Component):
                     ]
                     with m.If(self.i.payload.last):
                         m.d.sync += step.eq(0)
-                        with m.If(count + 1 >= min_data):
+                        with m.If(count >= min_data - 1):
                             m.next = "FCS"
                         with m.Else():
                             m.next = "PAD"
@@ -112,7 +112,7 @@ class TxMac(wiring.Component):
 
             with m.State("PAD"):
                 m.d.sync += [self.txd.eq(0), crc.eq(crc32_update(crc, None, 1)), count.eq(count + 1)]
-                with m.If(count + 1 >= min_data):
+                with m.If(count >= min_data - 1):
                     m.next = "FCS"
 
             with m.State("FCS"):

@@ -1,9 +1,10 @@
 """Store-and-forward buffers (hdl/eth/packet_ring.py, tx_buffer.py, rx_buffer.py) on the Amaranth
 simulator.
 
-* Ring: frames appended with random pauses and committed or discarded (some ends marked afterwards with
-  ``w_mark_last``), read with random stalls or continuously; the reader gets exactly the committed
-  frames, and a committed frame read continuously never has a gap; the ring fills up completely.
+* Ring (one memory bank, and four): frames appended with random pauses and committed or discarded
+  (some ends marked afterwards with ``w_mark_last``), read with random stalls or continuously; the
+  reader gets exactly the committed frames, and a committed frame read continuously never has a gap;
+  the ring fills up completely.
 * TX buffer: frames of every length around the limit, empty frames, frames whose end comes in an empty
   beat, random backpressure from the MAC side and random ``drop_ok``; the frames out and the drops are
   exactly the reference's.
@@ -14,6 +15,7 @@ simulator.
 
 from __future__ import annotations
 
+import pytest
 from eth_reference import new_rng
 
 from mrcnic.hdl.eth.frame import RxOutcome
@@ -45,10 +47,11 @@ async def read_frames(ctx, port, count, rng, *, stall=0.3, continuous=0.5, out=N
     return frames
 
 
-def test_packet_ring():
+@pytest.mark.parametrize("banks", [1, 4])
+def test_packet_ring(banks):
     rng = new_rng("packet_ring")
     depth = 64
-    dut = PacketRing(depth)
+    dut = PacketRing(depth, bank_depth=depth // banks)
     plan = []  # (octets, commit?, end marked afterwards?)
     for _ in range(120):
         size = rng.choice([1, 2, rng.randint(1, 20), rng.randint(20, depth)])
@@ -96,7 +99,7 @@ def test_packet_ring():
     async def reader(ctx):
         await read_frames(ctx, dut.r, len(committed), rng, stall=0.5, out=received)
 
-    run(dut, writer, reader, name="packet_ring")
+    run(dut, writer, reader, name=f"packet_ring{banks}")
     assert received == committed
     assert full_seen, "the ring never filled up"
 
