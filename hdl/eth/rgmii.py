@@ -172,17 +172,15 @@ class RgmiiPhy(wiring.Component):
         super().__init__(members)
 
     def elaborate(self, platform):
+        if self._pins is None and platform is not None:
+            raise ValueError("RgmiiPhy without pins is the simulation model; give it pins on a platform")
+        if self._pins is not None and platform is None:
+            raise ValueError("RgmiiPhy with pins needs a platform: io.DDRBuffer cannot be simulated")
         m = Module()
-        tx, rx = self.tx_domain, self.rx_domain
-        m.submodules.rx_reset = ResetSynchronizer(ResetSignal(tx), domain=rx)
-
+        m.submodules.rx_reset = ResetSynchronizer(ResetSignal(self.tx_domain), domain=self.rx_domain)
         if self._pins is None:
-            if platform is not None:
-                raise ValueError("RgmiiPhy without pins is the simulation model; give it pins on a platform")
             self._elaborate_model(m)
         else:
-            if platform is None:
-                raise ValueError("RgmiiPhy with pins needs a platform: io.DDRBuffer cannot be simulated")
             self._elaborate_pins(m, platform)
         return m
 
