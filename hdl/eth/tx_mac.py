@@ -18,7 +18,7 @@ Members (one clock domain, 125 MHz at 1 Gb/s):
 * ``status``: Out(stream of :class:`~mrcnic.hdl.eth.frame.TxStatusLayout`, always ready): ``sent`` with
   the frame length (padding included, FCS excluded), in the cycle the last FCS octet is registered.
 
-Timing: a frame's first preamble octet is on ``txd`` two cycles after ``i.valid`` rises (when the gap
+Timing: a frame's first preamble octet is on ``txd`` the cycle after ``i.valid`` is seen (once the gap
 before it is over); the frame takes ``8 + max(n, 60) + 4`` cycles, then ``tx_en`` stays low for exactly
 ``ifg`` cycles if the next frame is waiting.
 """
