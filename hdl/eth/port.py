@@ -98,6 +98,8 @@ class EthernetPort(wiring.Component):
     ):
         self.data_width = data_width
         self.max_frame = check_max_frame(max_frame)
+        if ifg < 1:
+            raise ValueError(f"ifg must be at least 1, not {ifg}")
         self.ifg = ifg
         self.tx_buffer_bytes = _ring_size(tx_buffer_bytes, max_frame, "tx_buffer_bytes")
         self.rx_buffer_bytes = _ring_size(rx_buffer_bytes, max_frame, "rx_buffer_bytes")

@@ -231,7 +231,6 @@ class RgmiiPhy(wiring.Component):
         if self.tx_clock_domain is not None:
             tx_delay = 0.0
         tx_taps, rx_taps = _taps(tx_delay, "tx_delay"), _taps(rx_delay, "rx_delay")
-        self.chosen_delays = (tx_taps * DELAY_TAP_SECONDS, rx_taps * DELAY_TAP_SECONDS)
 
         # TX: data and control through DDR output registers of the TX domain.
         m.submodules.tx_data = tx_data = io.DDRBuffer("o", _pin(pins, "tx_data"), o_domain=tx)
