@@ -1,0 +1,237 @@
+"""Ethernet port: one plane of the NIC on a 1 Gb/s GMII-style PHY interface.
+
+The NIC core (:class:`~mrcnic.hdl.nic.MrcNic`) sends and receives whole Ethernet frames without FCS on
+its per-plane ``m_axis[p]`` / ``s_axis[p]`` (:class:`~mrcnic.hdl.stream.AxiStreamSignature`, in the core
+clock domain). This block is the rest of the plane's link: clock-domain crossing, width conversion, the
+store-and-forward buffers and the MAC (IEEE Std 802.3-2022 clauses 3 and 4 over the GMII of clause 35).
+
+::
+
+    core domain              │ tx domain (125 MHz, local)
+    s_axis ► AsyncFIFO ──────┼─► ByteSerializer ► FIFO ► TxBuffer (ring) ► TxMac ───► gmii.txd/tx_en/tx_er
+                             │                                        │ status
+    counters ◄ PortCounters ◄┼── AsyncFIFO ◄── {sent, dropped} ◄──────┘
+                      ▲      │ rx domain (125 MHz, from the PHY)
+                      └──────┼── AsyncFIFO ◄── RxBuffer status ◄┐
+    m_axis ◄ AsyncFIFO ◄─────┼── BytePacker ◄ FIFO ◄ RxBuffer (ring) ◄─┴ RxMac ◄────── gmii.rxd/rx_dv/rx_er
+
+Members:
+
+* ``s_axis``: In(:class:`~mrcnic.hdl.stream.AxiStreamSignature`) frames to send, ``m_axis``: Out, frames
+  received (good ones only), both in the core domain: connect them to the core's ``m_axis[p]`` and
+  ``s_axis[p]`` with ``wiring.connect``.
+* ``gmii``: Out(:class:`~mrcnic.hdl.eth.gmii.GmiiSignature`): ``txd``/``tx_en``/``tx_er`` in the TX
+  domain, ``rxd``/``rx_dv``/``rx_er`` in the RX domain; connect to
+  :class:`~mrcnic.hdl.eth.rgmii.RgmiiPhy` ``gmii``.
+* Counters, Out(32), wrapping, in the core domain: see :mod:`mrcnic.hdl.eth.counters`.
+
+Parameters: ``data_width`` (octets per beat, as the core's), ``max_frame`` (octets with FCS),
+``ifg`` (octets), ``tx_buffer_bytes`` / ``rx_buffer_bytes`` (ring sizes, powers of two, at least
+``max_frame``; default the smallest such), ``cdc_depth`` (beats of each data FIFO between the domains),
+``core_domain`` / ``tx_domain`` / ``rx_domain`` (clock domain names; the domains are defined elsewhere:
+the board's clocking for the core and TX, the PHY interface for RX).
+
+Behaviour:
+
+* TX runs at line rate when frames are waiting: every frame is whole in the TX ring before it starts,
+  and the next one is stored while the current one goes out, so frames follow each other after exactly
+  ``ifg`` idle octets (unless the next frame is much longer than the current one and is still being
+  stored). ``s_axis.tready`` drops while the ring is full.
+* RX never stalls the line: ``m_axis.tready`` low fills the data FIFO and then the RX ring, and frames
+  that arrive while the ring is full are dropped whole (``rx_overflow``). Frames already committed in the
+  ring are delivered intact, in order.
+* Status records cross to the core domain in FIFOs of ``STATUS_DEPTH`` entries that the counters drain
+  every core cycle. Frames sent and received make at most one record per 64 octet times; TX drops wait
+  for room (keeping one entry free for the MAC), so no record is lost unless the core clock is below
+  about 125 MHz / 64.
+"""
+
+from __future__ import annotations
+
+from amaranth import Module, Signal
+from amaranth.hdl import DomainRenamer
+from amaranth.lib import fifo, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..stream import AxiStreamSignature, PacketLayout
+from .counters import COUNTERS, PortCounters
+from .frame import (
+    DEFAULT_IFG,
+    DEFAULT_MAX_FRAME,
+    ByteLayout,
+    RxStatusLayout,
+    TxStatusLayout,
+    check_max_frame,
+)
+from .gmii import GmiiSignature
+from .rx_buffer import RxBuffer
+from .rx_mac import RxMac
+from .tx_buffer import SerialByteLayout, TxBuffer
+from .tx_mac import TxMac
+from .width import BytePacker, ByteSerializer
+
+__all__ = ["STATUS_DEPTH", "EthernetPort"]
+
+STATUS_DEPTH = 8
+
+
+def _ring_size(requested: int | None, max_frame: int, name: str) -> int:
+    size = requested if requested is not None else 1 << (max_frame - 1).bit_length()
+    if size & (size - 1) or size < max_frame:
+        raise ValueError(f"{name} must be a power of two of at least max_frame ({max_frame}), not {size}")
+    return size
+
+
+class EthernetPort(wiring.Component):
+    def __init__(
+        self,
+        *,
+        data_width: int = 8,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        ifg: int = DEFAULT_IFG,
+        tx_buffer_bytes: int | None = None,
+        rx_buffer_bytes: int | None = None,
+        cdc_depth: int = 16,
+        core_domain: str = "sync",
+        tx_domain: str = "eth_tx",
+        rx_domain: str = "eth_rx",
+    ):
+        self.data_width = data_width
+        self.max_frame = check_max_frame(max_frame)
+        if ifg < 1:
+            raise ValueError(f"ifg must be at least 1, not {ifg}")
+        self.ifg = ifg
+        self.tx_buffer_bytes = _ring_size(tx_buffer_bytes, max_frame, "tx_buffer_bytes")
+        self.rx_buffer_bytes = _ring_size(rx_buffer_bytes, max_frame, "rx_buffer_bytes")
+        self.cdc_depth = cdc_depth
+        self.core_domain, self.tx_domain, self.rx_domain = core_domain, tx_domain, rx_domain
+        super().__init__(
+            {
+                "s_axis": In(AxiStreamSignature(data_width)),
+                "m_axis": Out(AxiStreamSignature(data_width)),
+                "gmii": Out(GmiiSignature()),
+                **{name: Out(32) for name in COUNTERS},
+            }
+        )
+
+    @staticmethod
+    def _connect_fifo(m, source, queue, sink):
+        m.d.comb += [
+            queue.w_data.eq(source.payload),
+            queue.w_en.eq(source.valid),
+            source.ready.eq(queue.w_rdy),
+            sink.payload.eq(queue.r_data),
+            sink.valid.eq(queue.r_rdy),
+            queue.r_en.eq(sink.ready),
+        ]
+
+    def elaborate(self, platform):
+        m = Module()
+        core, tx, rx = self.core_domain, self.tx_domain, self.rx_domain
+        beat = PacketLayout(self.data_width)
+
+        # -- TX: core -> tx domain -> octets -> ring -> MAC ---------------------------------------------
+        m.submodules.tx_fifo = tx_fifo = fifo.AsyncFIFOBuffered(
+            width=beat.size, depth=self.cdc_depth + 1, w_domain=core, r_domain=tx
+        )
+        tx_in = Signal(beat)
+        m.d.comb += [
+            tx_in.data.eq(self.s_axis.tdata),
+            tx_in.keep.eq(self.s_axis.tkeep),
+            tx_in.last.eq(self.s_axis.tlast),
+            tx_fifo.w_data.eq(tx_in),
+            tx_fifo.w_en.eq(self.s_axis.tvalid),
+            self.s_axis.tready.eq(tx_fifo.w_rdy),
+        ]
+        serializer = ByteSerializer(self.data_width)
+        tx_buffer = TxBuffer(depth=self.tx_buffer_bytes, max_frame=self.max_frame)
+        tx_mac = TxMac(ifg=self.ifg)
+        to_tx = DomainRenamer(tx)
+        m.submodules.serializer = to_tx(serializer)
+        m.submodules.tx_buffer = to_tx(tx_buffer)
+        m.submodules.tx_mac = to_tx(tx_mac)
+        m.d.comb += [
+            serializer.i.payload.eq(tx_fifo.r_data),
+            serializer.i.valid.eq(tx_fifo.r_rdy),
+            tx_fifo.r_en.eq(serializer.i.ready),
+        ]
+        # Short FIFOs on the octet streams keep the ready chains short: their write side's ready is a
+        # register, so neither the core-side FIFO nor a ring's read pipeline waits on the other side.
+        m.submodules.tx_octets = tx_octets = to_tx(
+            fifo.SyncFIFOBuffered(width=SerialByteLayout().size, depth=4)
+        )
+        self._connect_fifo(m, serializer.o, tx_octets, tx_buffer.i)
+        wiring.connect(m, tx_buffer.o, tx_mac.i)
+        m.d.comb += [
+            self.gmii.txd.eq(tx_mac.txd),
+            self.gmii.tx_en.eq(tx_mac.tx_en),
+            self.gmii.tx_er.eq(tx_mac.tx_er),
+        ]
+
+        # -- RX: MAC -> ring -> beats -> core domain ----------------------------------------------------
+        rx_mac = RxMac(max_frame=self.max_frame)
+        rx_buffer = RxBuffer(depth=self.rx_buffer_bytes)
+        packer = BytePacker(self.data_width)
+        to_rx = DomainRenamer(rx)
+        m.submodules.rx_mac = to_rx(rx_mac)
+        m.submodules.rx_buffer = to_rx(rx_buffer)
+        m.submodules.packer = to_rx(packer)
+        m.d.comb += [
+            rx_mac.rxd.eq(self.gmii.rxd),
+            rx_mac.rx_dv.eq(self.gmii.rx_dv),
+            rx_mac.rx_er.eq(self.gmii.rx_er),
+        ]
+        wiring.connect(m, rx_mac.o, rx_buffer.i)
+        m.submodules.rx_octets = rx_octets = to_rx(fifo.SyncFIFOBuffered(width=ByteLayout().size, depth=4))
+        self._connect_fifo(m, rx_buffer.o, rx_octets, packer.i)
+        m.submodules.rx_fifo = rx_fifo = fifo.AsyncFIFOBuffered(
+            width=beat.size, depth=self.cdc_depth + 1, w_domain=rx, r_domain=core
+        )
+        rx_out = Signal(beat)
+        m.d.comb += [
+            rx_fifo.w_data.eq(packer.o.payload),
+            rx_fifo.w_en.eq(packer.o.valid),
+            packer.o.ready.eq(rx_fifo.w_rdy),
+            rx_out.eq(rx_fifo.r_data),
+            self.m_axis.tdata.eq(rx_out.data),
+            self.m_axis.tkeep.eq(rx_out.keep),
+            self.m_axis.tlast.eq(rx_out.last),
+            self.m_axis.tvalid.eq(rx_fifo.r_rdy),
+            rx_fifo.r_en.eq(self.m_axis.tready),
+        ]
+
+        # -- Status records -> counters in the core domain ----------------------------------------------
+        m.submodules.counters = counters = DomainRenamer(core)(PortCounters())
+        for name in COUNTERS:
+            m.d.comb += getattr(self, name).eq(getattr(counters, name))
+
+        tx_layout = TxStatusLayout()
+        m.submodules.tx_status_fifo = tx_status = fifo.AsyncFIFO(
+            width=tx_layout.size, depth=STATUS_DEPTH, w_domain=tx, r_domain=core
+        )
+        tx_record = Signal(tx_layout)
+        m.d.comb += [
+            tx_record.sent.eq(tx_mac.status.valid),
+            tx_record.dropped.eq(tx_buffer.dropped),
+            tx_record.length.eq(tx_mac.status.payload.length),
+            tx_status.w_data.eq(tx_record),
+            tx_status.w_en.eq(tx_mac.status.valid | tx_buffer.dropped),
+            # Drops wait for room and leave one entry for the MAC, whose records cannot wait.
+            tx_buffer.drop_ok.eq(tx_status.w_level < STATUS_DEPTH - 1),
+            counters.tx_status.payload.eq(tx_status.r_data),
+            counters.tx_status.valid.eq(tx_status.r_rdy),
+            tx_status.r_en.eq(1),
+        ]
+
+        m.submodules.rx_status_fifo = rx_status = fifo.AsyncFIFO(
+            width=RxStatusLayout().size, depth=STATUS_DEPTH, w_domain=rx, r_domain=core
+        )
+        m.d.comb += [
+            rx_status.w_data.eq(rx_buffer.status.payload),
+            rx_status.w_en.eq(rx_buffer.status.valid),
+            counters.rx_status.payload.eq(rx_status.r_data),
+            counters.rx_status.valid.eq(rx_status.r_rdy),
+            rx_status.r_en.eq(1),
+        ]
+
+        return m
