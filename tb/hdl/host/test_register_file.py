@@ -264,7 +264,8 @@ def test_table_read_back():
             if r_valid and r_ready:
                 requests.append((r_payload.qp, r_payload.slot))
                 pending.append((r_payload.qp, r_payload.slot))
-                wait = rng.randrange(20)
+                # at least a few cycles: the polling reads below must see STATUS[0] pending
+                wait = 8 + rng.randrange(20)
             if a_valid and a_ready:
                 pending.pop(0)
             if c_valid:
