@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import cocotb
 from cocotb.triggers import ClockCycles
 
-from mrcnic.driver import CqeKind, CqeStatus
+from mrcnic.driver import CqeKind, CqeStatus, QpState
 from mrcnic.model.params import wire_bytes
 
 from .bench import CLOCK_PS, NicBench, now_ps
@@ -112,16 +112,16 @@ class Transfer:
         b.ram.write(region, before)
         work = []  # (offset, length, immediate or None)
         for msn, offset in enumerate(range(0, self.size, self.message_size)):
-            last = self.imm_every and msn % self.imm_every == self.imm_every - 1
+            with_imm = self.imm_every and msn % self.imm_every == self.imm_every - 1
             work.append(
-                (offset, min(self.message_size, self.size - offset), (0xC0DE0000 | msn) if last else None)
+                (offset, min(self.message_size, self.size - offset), (0xC0DE0000 | msn) if with_imm else None)
             )
         if during is not None:
             cocotb.start_soon(during)
         deadline = now_ps() + timeout_cycles * CLOCK_PS
         posted = 0
         while len(r.completions) < len(work) and now_ps() < deadline:
-            while posted < len(work) and qa.outstanding < qa.sq_depth and qa.state.value == "rts":
+            while posted < len(work) and qa.outstanding < qa.sq_depth and qa.state == QpState.RTS:
                 offset, length, imm = work[posted]
                 if imm is None:
                     await qa.post_write(local + offset, remote + offset, mr.rkey, length, wr_id=posted)
