@@ -3,6 +3,7 @@
 #   make demo     end-to-end simulation of MRC NICs over a faulty multi-plane fabric, with a report
 #   make lint     ruff
 #   make verilog  generated Verilog of the top-level designs under build/verilog/
+#   make bitstream BOARD=versa_ecp5|colorlight_5a75b|ecpix5   ECP5 bitstream + build/boards/<board>/report.json
 #   make clean    remove build outputs (keeps .venv); `make distclean` removes .venv too
 
 PYTHON ?= python3
@@ -15,7 +16,7 @@ PYTEST_ARGS ?=
 # The venv's bin first: Verilator's makefiles call `python`, and the console scripts live there.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: all venv test test-slow lint verilog demo demo-model bench bench-tx bench-rx bench-host clean distclean
+.PHONY: all venv test test-slow lint verilog bitstream demo demo-model bench bench-tx bench-rx bench-host clean distclean
 
 all: test
 
@@ -67,6 +68,11 @@ bench-host: $(STAMP)
 
 verilog: $(STAMP)
 	$(VPY) -m mrcnic.hdl.generate build/verilog
+
+# YoWASP Yosys + nextpnr-ecp5 + ecppack; fails when the design does not fit or a clock misses its target.
+BOARD ?= versa_ecp5
+bitstream: $(STAMP)
+	$(VPY) -m mrcnic.boards.build $(BOARD)
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache

@@ -1,0 +1,148 @@
+"""Board top levels: the clocking, pins and LEDs of each supported ECP5 board around :class:`NicBoard`.
+
+Ref: docs/boards.md. One RGMII port is one plane: the Lattice Versa ECP5 and the Colorlight 5A-75B are
+two-plane NICs, the LambdaConcept ECPIX-5 a one-plane NIC. Platforms come from amaranth-boards; the
+RGMII pins are requested without the shared reset/management pins (``request_rgmii``), and every PHY
+reset pin is driven inactive once (the PHYs come up from their straps: no MDIO management).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from amaranth import ClockDomain, ClockSignal, Elaboratable, Module
+from amaranth.build import Attrs, Resource
+from amaranth.lib import io
+from amaranth.lib.cdc import ResetSynchronizer
+from amaranth_boards.colorlight_5a75b_r7_0 import Colorlight_5A75B_R70Platform
+from amaranth_boards.ecpix5 import ECPIX585Platform
+from amaranth_boards.versa_ecp5 import VersaECP5Platform
+
+from mrcnic.hdl.eth.rgmii import request_rgmii
+
+from .ecp5_pll import Ecp5Pll
+from .nic_board import NicBoard
+
+__all__ = ["BOARDS", "BoardSpec", "BoardTop"]
+
+ETH_HZ = 125e6
+
+
+@dataclass(frozen=True)
+class BoardSpec:
+    """One supported board: its amaranth-boards platform, planes (RGMII ports used), core clock, host
+    memory, largest frame, the LEDs it has (``"led"``: plain LEDs, ``"rgb_led"``: RGB LEDs whose green
+    part is used, None: none free) and the openFPGALoader arguments that program it over JTAG (SRAM)."""
+
+    platform: type
+    planes: int
+    core_hz: float
+    memory_size: int
+    max_frame: int
+    leds: str | None
+    program: str
+    nic: dict = field(default_factory=dict)
+
+
+BOARDS = {
+    "versa_ecp5": BoardSpec(
+        platform=VersaECP5Platform,
+        planes=2,
+        core_hz=62.5e6,
+        memory_size=1 << 16,
+        max_frame=9216,
+        leds="led",
+        program="openFPGALoader -b ecp5_evn",
+    ),
+    "colorlight_5a75b": BoardSpec(
+        # The only LED shares its pin with the UART's TX (amaranth-boards' UART on J19): no LEDs.
+        platform=Colorlight_5A75B_R70Platform,
+        planes=2,
+        core_hz=62.5e6,
+        memory_size=1 << 14,
+        max_frame=4242,
+        leds=None,
+        program="openFPGALoader -c <your JTAG cable, e.g. ft232RL or dirtyJtag>",
+    ),
+    "ecpix5": BoardSpec(
+        platform=ECPIX585Platform,
+        planes=1,
+        core_hz=62.5e6,
+        memory_size=1 << 16,
+        max_frame=9216,
+        leds="rgb_led",
+        program="openFPGALoader -b ecpix5",
+    ),
+}
+
+
+class BoardTop(Elaboratable):
+    """The top level of ``board`` (a key of :data:`BOARDS`); ``nic`` overrides NIC parameters."""
+
+    def __init__(self, board: str, *, nic: dict | None = None):
+        if board not in BOARDS:
+            raise ValueError(f"unknown board {board!r}: one of {', '.join(BOARDS)}")
+        self.board, self.spec = board, BOARDS[board]
+        self.nic_params = {**self.spec.nic, **(nic or {})}
+
+    def elaborate(self, platform):
+        spec = self.spec
+        m = Module()
+        m.domains.sync = ClockDomain()
+        m.domains.eth_tx = ClockDomain()
+        for p in range(spec.planes):
+            m.domains += ClockDomain(f"eth_rx{p}")
+
+        clk = platform.lookup(platform.default_clk)
+        m.submodules.clk_in = clk_in = io.Buffer("i", platform.request(platform.default_clk, dir="-"))
+        m.submodules.pll = pll = Ecp5Pll(clk_in.i, clk.clock.frequency, ETH_HZ, spec.core_hz)
+        m.d.comb += [ClockSignal("eth_tx").eq(pll.clkop), ClockSignal("sync").eq(pll.clkos)]
+        m.submodules.sync_reset = ResetSynchronizer(~pll.lock, domain="sync")
+        m.submodules.eth_tx_reset = ResetSynchronizer(~pll.lock, domain="eth_tx")
+
+        self._release_phy_resets(m, platform)
+        board = NicBoard(
+            planes=spec.planes,
+            clock_hz=int(spec.core_hz),
+            nic=self.nic_params,
+            memory_size=spec.memory_size,
+            max_frame=spec.max_frame,
+            rgmii_pins=[request_rgmii(platform, p) for p in range(spec.planes)],
+        )
+        m.submodules.board = board
+
+        uart = platform.request("uart", 0, dir={"rx": "-", "tx": "-"})
+        m.submodules.uart_rx = uart_rx = io.Buffer("i", uart.rx)
+        m.submodules.uart_tx = uart_tx = io.Buffer("o", uart.tx)
+        m.d.comb += [board.uart_rx.eq(uart_rx.i), uart_tx.o.eq(board.uart_tx)]
+
+        # LED 0: heartbeat; LED 1 + p: activity of plane p.
+        if spec.leds is not None:
+            lights = [board.heartbeat, *board.activity]
+            for k, light in enumerate(lights):
+                if spec.leds == "rgb_led":
+                    pin = platform.request("rgb_led", k, dir={"r": "-", "g": "-", "b": "-"}).g
+                else:
+                    pin = platform.request("led", k, dir="-")
+                m.submodules[f"led{k}"] = led = io.Buffer("o", pin)
+                m.d.comb += led.o.eq(light)
+        return m
+
+    def _release_phy_resets(self, m, platform):
+        """Drive each distinct PHY reset pin inactive (the Colorlight's two PHYs share one)."""
+        seen = set()
+        for p in range(self.spec.planes):
+            original = platform.lookup("eth_rgmii", p)
+            rst = next((sub for sub in original.ios if sub.name == "rst"), None)
+            if rst is None:
+                continue
+            pins = rst.ios[0]
+            key = tuple(pins.names)
+            if key in seen:
+                continue
+            seen.add(key)
+            name = f"eth_phy_rst{len(seen) - 1}"
+            platform.add_resources([Resource(name, 0, pins, Attrs(**{**original.attrs, **rst.attrs}))])
+            port = platform.request(name, 0, dir="-")
+            m.submodules[name] = buffer = io.Buffer("o", port)
+            m.d.comb += buffer.o.eq(0)  # the pin is active-low (PinsN): 0 = not in reset

@@ -1,0 +1,53 @@
+"""Board tops and their build flow: PLL settings, clock naming, elaboration, and (``make test-slow``) a
+whole bitstream build with its report."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mrcnic.boards.board_top import BOARDS, ETH_HZ, BoardTop
+from mrcnic.boards.build import build_board, clock_domain
+from mrcnic.boards.ecp5_pll import VCO_HZ, pll_dividers
+
+from support.cocotb_runner import REPO_ROOT
+
+
+@pytest.mark.parametrize("board", sorted(BOARDS))
+def test_pll_makes_both_clocks_exactly(board):
+    spec = BOARDS[board]
+    f_in = spec.platform().lookup(spec.platform.default_clk).clock.frequency
+    d = pll_dividers(f_in, ETH_HZ, spec.core_hz)
+    clkop = f_in * d["clkfb_div"] / d["clki_div"]
+    vco = clkop * d["clkop_div"]
+    assert clkop == ETH_HZ and vco / d["clkos_div"] == spec.core_hz
+    assert VCO_HZ[0] <= vco <= VCO_HZ[1]
+
+
+def test_pll_refuses_what_it_cannot_make():
+    with pytest.raises(ValueError, match="no ECP5 PLL setting"):
+        pll_dividers(25e6, 125e6, 61e6)
+
+
+def test_clock_nets_name_their_domains():
+    assert clock_domain("$glbnet$board.pll.clk_os") == "core"
+    assert clock_domain("$glbnet$clk_op") == "eth_tx"
+    assert clock_domain("$glbnet$eth_rgmii_pins_1__rx_clk__io") == "eth_rx1"
+    assert clock_domain("other") == "other"
+
+
+def test_unknown_board_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown board 'icebreaker'"):
+        BoardTop("icebreaker")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("board", ["ecpix5"])
+def test_bitstream_builds_and_meets_timing(board):
+    report = build_board(board, REPO_ROOT / "build" / "boards")
+    saved = json.loads((REPO_ROOT / "build" / "boards" / board / "report.json").read_text())
+    assert saved == json.loads(json.dumps(report))
+    assert report["timing_met"] and report["bitstream"]
+    assert set(report["clocks"]) == {"core", "eth_tx", *(f"eth_rx{p}" for p in range(BOARDS[board].planes))}
+    assert all(c["margin"] >= 0 for c in report["clocks"].values())
