@@ -25,8 +25,9 @@ Members:
   (an LED blinks while traffic flows); ``heartbeat`` (Out(1)): toggles every 2^24 core cycles, so a
   board shows that its bitstream runs.
 * ``stat_uart_<name>`` for the bridge's counters, ``stat_mac<p>_<name>`` for every port's MAC counters
-  (:data:`mrcnic.hdl.eth.counters.COUNTERS`): Out(32), in the core domain (a board top may drop them;
-  the register map reaches the NIC's own per-plane frame and byte counters).
+  (:data:`mrcnic.hdl.eth.counters.COUNTERS`): Out(32), in the core domain. The drop counters
+  (``mrcnic.regmap.MAC_COUNTERS``) are also wired to the NIC, so software reads them in the PORT blocks
+  (``MAC_RX_BAD_FCS``, ...) next to the NIC's own per-plane frame and byte counters.
 
 Address map of the host memory: bytes [0, ``memory_size``) on the NIC's ``m_axi`` and on the bridge's
 ``memory`` port alike (the driver's ``uart:`` default window, ``DEFAULT_MEMORY_BASE`` /
@@ -51,6 +52,7 @@ from mrcnic.hdl.host.nic_top import ID_WIDTH, MrcNicTop
 from mrcnic.hdl.host.uart import DIVISOR_BITS
 from mrcnic.hdl.host.uart_bridge import COUNTERS as UART_COUNTERS
 from mrcnic.hdl.host.uart_bridge import UartBridge
+from mrcnic.regmap import MAC_COUNTERS as REGISTER_MAC_COUNTERS
 
 __all__ = ["BOARD_NIC", "NicBoard"]
 
@@ -165,6 +167,8 @@ class NicBoard(wiring.Component):
             wiring.connect(m, port.m_axis, nic.s_axis[p])
             for name in MAC_COUNTERS:
                 m.d.comb += getattr(self, f"stat_mac{p}_{name}").eq(getattr(port, name))
+            for name in REGISTER_MAC_COUNTERS:  # the drop counters, for the PORT blocks
+                m.d.comb += getattr(nic, f"mac_{name}")[p].eq(getattr(port, name))
 
             # Activity: any frame through the port in the last activity_cycles (core domain).
             frames = port.tx_frames + port.rx_frames

@@ -13,8 +13,10 @@ Ref: docs/host-interface.md (registers, work queues), docs/registers.md (the map
 Members: ``s_axil`` (AXI4-Lite subordinate, 16 address bits), ``m_axi`` (AXI4 manager to host memory;
 its ID is one bit wider than the blocks' because the arbiter appends the manager), ``s_axis`` /
 ``m_axis`` (per plane), ``link_up`` (In: the MACs' link status; a plane is used when its link is up and
-its LINK_UP register is 1), and ``path_trace`` / ``path_trace_valid`` (every EV state-machine decision,
-for event logs and the system scoreboards). Everything else is reached through registers.
+its LINK_UP register is 1), ``mac_<name>`` (In, per plane: the Ethernet MACs' drop counters of
+``mrcnic.regmap.MAC_COUNTERS``, read in the PORT blocks; 0 when nothing drives them), and ``path_trace``
+/ ``path_trace_valid`` (every EV state-machine decision, for event logs and the system scoreboards).
+Everything else is reached through registers.
 
 Connections are made by name: every register binding, table stream and read-back stream pair
 (``ev_read`` / ``ev_read_answer``) names a port of the core or of the queue engine (``mrcnic.regmap``),
@@ -24,10 +26,10 @@ so adding a register is a change to the map and to the block that owns the port.
 from __future__ import annotations
 
 from amaranth import Module
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from mrcnic.regmap import Capabilities, nic_register_map
+from mrcnic.regmap import MAC_COUNTERS, Capabilities, nic_register_map
 
 from ..dma.axi import Axi4Signature
 from ..dma.axi_arbiter import AxiArbiter
@@ -76,7 +78,12 @@ class MrcNicTop(wiring.Component):
         self._engine = QueueEngine(qps=qps, data_width=data_width, id_width=ID_WIDTH)
         # The register file sees the core's and the engine's ports by name (the core's where both have
         # one: its streams are the tables' targets).
-        bound = {**self._engine.signature.members, **self._core.signature.members}
+        mac = {f"mac_{name}": data.ArrayLayout(32, planes) for name in MAC_COUNTERS}
+        bound = {
+            **self._engine.signature.members,
+            **self._core.signature.members,
+            **{name: Out(shape) for name, shape in mac.items()},
+        }
         self._regs = RegisterFile(nic_register_map(self.caps), wiring.Signature(bound))
         self._arbiter = AxiArbiter(managers=2, addr_width=64, data_width_bytes=data_width, id_width=ID_WIDTH)
         core = self._core.signature.members
@@ -92,6 +99,8 @@ class MrcNicTop(wiring.Component):
                 "path_trace_valid": Out(1),
                 # the MACs' link status: a plane is up when its link is and its LINK_UP register is 1
                 "link_up": In(planes, init=(1 << planes) - 1),
+                # the MACs' drop counters per plane, for the PORT blocks (0 without MACs)
+                **{name: In(shape) for name, shape in mac.items()},
             }
         )
 
@@ -132,6 +141,9 @@ class MrcNicTop(wiring.Component):
                 wiring.connect(m, regs.connect, fork.i)
                 wiring.connect(m, fork.o[0], core.connect)
                 wiring.connect(m, fork.o[1], engine.connect)
+                continue
+            if name.startswith("mac_"):
+                m.d.comb += getattr(regs, name).eq(getattr(self, name))
                 continue
             owner = next(o for o in owners if name in o.signature.members)
             port, inner = getattr(regs, name), getattr(owner, name)

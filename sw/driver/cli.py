@@ -67,10 +67,18 @@ async def _info(nic: Nic, args) -> None:
 
 async def _counters(nic: Nic, args) -> None:
     ports = await nic.port_counters()
+    drops = [{k: v for k, v in c.items() if k.startswith("mac_")} for c in ports]
     _table(
-        [(p, c["rx_frames"], c["rx_bytes"], c["tx_frames"], c["tx_bytes"]) for p, c in enumerate(ports)],
-        ("plane", "rx frames", "rx bytes", "tx frames", "tx bytes"),
+        [
+            (p, c["rx_frames"], c["rx_bytes"], c["tx_frames"], c["tx_bytes"], sum(drops[p].values()))
+            for p, c in enumerate(ports)
+        ],
+        ("plane", "rx frames", "rx bytes", "tx frames", "tx bytes", "MAC drops"),
     )
+    for p, counts in enumerate(drops):
+        for name, value in counts.items():
+            if value:  # which MAC counters moved (bad FCS, runts, ...)
+                print(f"plane {p} {name}: {value}")
     print()
     counters = await nic.counters()
     rows = [(name, value) for name, value in counters.items() if value or args.all]

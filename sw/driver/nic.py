@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from ..model.ev import EvTable
 from ..regmap import (
     CQE_BYTES,
+    MAC_COUNTERS,
     MAGIC,
     TYPE_PREFIX,
     WQE_BYTES,
@@ -453,8 +454,10 @@ class Nic:
         return {r.name.lower(): await self.regs.read("counters", r.name) for r in block.registers}
 
     async def port_counters(self) -> list[dict[str, int]]:
-        """Per plane port: frames and bytes received and transmitted (mod 2^32)."""
-        names = ("RX_FRAMES", "RX_BYTES", "TX_FRAMES", "TX_BYTES")
+        """Per plane port: frames and bytes received and transmitted (mod 2^32), and the Ethernet MAC's
+        drop counters (``mac_rx_bad_fcs``, ...; 0 without a MAC)."""
+        macs = (f"MAC_{n.upper()}" for n in MAC_COUNTERS)
+        names = ("RX_FRAMES", "RX_BYTES", "TX_FRAMES", "TX_BYTES", *macs)
         return [
             {name.lower(): await self.regs.read(f"port{p}", name) for name in names}
             for p in range(self.caps.planes)

@@ -15,10 +15,29 @@ from dataclasses import dataclass
 from ..wire.constants import MRC_UDP_PORT, Dscp
 from .model import Access, Block, BlockType, Register, RegisterMap
 
-__all__ = ["COUNTERS", "HOST_COUNTERS", "MAGIC", "READ_BACK", "Capabilities", "nic_register_map"]
+__all__ = [
+    "COUNTERS",
+    "HOST_COUNTERS",
+    "MAC_COUNTERS",
+    "MAGIC",
+    "READ_BACK",
+    "Capabilities",
+    "nic_register_map",
+]
 
 MAGIC = 0x4E43524D  # "MRCN", little-endian ASCII
 RO, WO = Access.RO, Access.WO
+
+# The Ethernet MAC's drop counters of each plane port (``mrcnic.hdl.eth.counters``), read through the
+# PORT blocks: MrcNicTop inputs ``mac_<name>[p]``, wired by a board top, 0 where there is no MAC.
+MAC_COUNTERS = {
+    "tx_dropped": "frames from the NIC the MAC did not send (empty, or over the maximum frame)",
+    "rx_bad_fcs": "frames dropped by the MAC: bad FCS",
+    "rx_errors": "frames dropped by the MAC: RX_ER during the frame",
+    "rx_runts": "frames dropped by the MAC: under 64 octets",
+    "rx_oversize": "frames dropped by the MAC: over the maximum frame",
+    "rx_overflow": "good frames dropped by the MAC: no room in its receive buffer",
+}
 
 
 @dataclass(frozen=True)
@@ -345,6 +364,15 @@ def nic_register_map(c: Capabilities | None = None) -> RegisterMap:
                         "bytes of those frames (FCS excluded)",
                         access=RO,
                         binding=f"stat_port_tx_bytes[{p}]",
+                    ),
+                    *(
+                        R(
+                            f"MAC_{name.upper()}",
+                            f"{text} (0 without a MAC)",
+                            access=RO,
+                            binding=f"mac_{name}[{p}]",
+                        )
+                        for name, text in MAC_COUNTERS.items()
                     ),
                 ],
                 info=p,

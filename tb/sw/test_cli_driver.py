@@ -11,7 +11,7 @@ def test_info_and_empty_views(capsys):
     out = capsys.readouterr().out
     assert "every event counter is 0" in out
     ports = [line.split() for line in out.splitlines()[1:5]]
-    assert ports == [[str(p), "0", "0", "0", "0"] for p in range(4)]
+    assert ports == [[str(p), "0", "0", "0", "0", "0"] for p in range(4)]
     assert main(["qp", "list"]) == 0
     rows = capsys.readouterr().out.splitlines()
     assert rows[0].split()[:3] == ["qp", "qpn", "state"] and len(rows) == 5

@@ -9,11 +9,14 @@ import pytest
 from amaranth.hdl import Shape
 from amaranth.lib import data
 
+from mrcnic.hdl.eth.counters import COUNTERS as ETH_COUNTERS
+from mrcnic.hdl.host.nic_top import MrcNicTop
 from mrcnic.hdl.nic import STATS, MrcNic, layout_only
 from mrcnic.regmap import (
     COUNTERS,
     CQE_BYTES,
     HEADER_WORDS,
+    MAC_COUNTERS,
     TYPE_PREFIX,
     WQE_BYTES,
     Access,
@@ -112,7 +115,7 @@ def test_bindings_match_the_nic(caps):
     )
     # The queue blocks bind to the host interface's queue engine, not to the core.
     regmap = nic_register_map(replace(caps, host_queues=False))
-    bound = set()
+    bound, mac_bindings = set(), set()
     for block in regmap.blocks:
         if block.kind == BlockType.TABLE:
             record = nic.signature.members[block.table].signature.members["payload"].shape
@@ -129,11 +132,20 @@ def test_bindings_match_the_nic(caps):
         for r in block.registers:
             if r.binding is None:
                 continue
+            if r.binding.startswith("mac_"):  # the MACs' counters: inputs of MrcNicTop, not of the core
+                mac_bindings.add(r.binding)
+                continue
             width, init = _resolve(nic, r.binding)
             assert r.width >= width, f"{block.name}.{r.name} narrower than {r.binding}"
             if r.access == Access.RW and init is not None:
                 assert r.reset == init, f"{block.name}.{r.name} reset {r.reset} != NIC default {init}"
             bound.add(r.binding.split(".")[0].split("[")[0])
+    assert mac_bindings == {f"mac_{n}[{p}]" for n in MAC_COUNTERS for p in range(caps.planes)}
+    top = MrcNicTop(**{k: getattr(caps, k) for k in ("data_width", "planes", "qps", "window", "clock_hz")})
+    for name in MAC_COUNTERS:
+        member = top.signature.members[f"mac_{name}"]
+        assert member.flow.name == "In" and member.shape == data.ArrayLayout(32, caps.planes), name
+    assert set(MAC_COUNTERS) <= set(ETH_COUNTERS), "a MAC counter the Ethernet port does not keep"
     counters = {f"stat_{b}_{n}" for b, names in STATS.items() for n in names}
     assert {f"stat_{b}_{n}" for b, entries in COUNTERS.items() for n, _ in entries} == counters
     # every register input of the core is reachable from the host
