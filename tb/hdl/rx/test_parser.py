@@ -42,20 +42,26 @@ def _beats(raw, w, rng):
     return out
 
 
-def _parse(frames, w, *, stall=0.3, seed=0):
-    """Records the parser gives for the byte strings ``frames`` (one simulation, random stalls)."""
+def _parse(frames, w, *, stall=0.3, seed=0, gaps=None, holds=None):
+    """Records the parser gives for the byte strings ``frames`` (one simulation, random stalls).
+    ``gaps`` / ``holds``: idle cycles before each frame's first beat / before each record is taken, on
+    top of the stalls (a list of per-frame counts)."""
     rng = random.Random(seed)
     dut = HeaderParser(data_width=w)
     records = []
 
     async def sender(ctx):
-        for raw in frames:
+        for k, raw in enumerate(frames):
+            for _ in range(gaps[k] if gaps else 0):
+                await ctx.tick()
             for beat in _beats(raw, w, rng):
                 await stream_put(ctx, dut.i, beat, stall=stall, rng=rng)
 
     async def receiver(ctx):
         local = random.Random(seed + 1)
-        for _ in frames:
+        for k in range(len(frames)):
+            for _ in range(holds[k] if holds else 0):
+                await ctx.tick()
             records.append(await stream_get(ctx, dut.header, stall=stall, rng=local))
         for _ in range(20):  # and nothing more
             await ctx.tick()
@@ -291,3 +297,126 @@ def test_garbage_never_hangs_and_mutations_agree_with_decode():
     assert len(records) == len(frames)
     for raw, rec in zip(frames, records, strict=True):
         _check(raw, rec, skip_long_srh=True)
+
+
+# -- streaming capture: the tail is captured at its start beat, which the frame's own bytes decide ----
+
+
+def _ip_at(raw):
+    """Offset of the IPv6 header before UDP, as the parser derives it (a too-long SRH counts as empty)."""
+    if raw[20] == 41:
+        return 54
+    if raw[20] == 43:
+        return 62 + 8 * (raw[55] if raw[55] <= MAX_SRH_SEGMENT_BYTES // 8 else 0)
+    return 14
+
+
+def _cut(raw, length):
+    """``raw[:length]``, with each IPv6 / UDP length field the cut keeps set to agree with the cut, so that
+    the truncation checks (not the length checks in front of them) decide the verdict."""
+    out = bytearray(raw[:length])
+    ip_at = _ip_at(raw)
+    # (offset of the 16-bit length field, offset its length counts from)
+    fields = [(14 + 4, 54), (ip_at + 4, ip_at + 40), (ip_at + 44, ip_at + 40)]
+    for at, origin in fields:
+        if at + 2 <= length and length >= origin:
+            out[at : at + 2] = (length - origin).to_bytes(2, "big")
+    return bytes(out)
+
+
+_STACKS = ("plain", "outer", *range(MAX_SRH_SEGMENT_BYTES // 8 + 2))  # the last SRH: too long to skip
+
+
+def _stacks(rng):
+    """One WRITE (TS and immediate at random), one control frame and one trimmed WRITE for every header
+    stack: no outer header ("plain"), outer IPv6 only ("outer"), SRH of every length the parser skips
+    and one it does not (the number of 8-byte units)."""
+    controls = {srv6: [frame for _, frame in example_frames(srv6)[7:]] for srv6 in (True, False)}
+    out = []
+    for stack in _STACKS:
+        srv6, units = stack != "plain", stack if isinstance(stack, int) else None
+        write = _random_write(rng, srv6, 24)
+        control = rng.choice(controls[srv6]).copy()
+        trimmed = _random_write(rng, srv6, 24)
+        trimmed.network.dscp = rng.choice([wire.Dscp.TRIMMED, wire.Dscp.TRIMMED_LASTHOP])
+        if units is not None:
+            write, control, trimmed = (_with_srh(f, rng, units) for f in (write, control, trimmed))
+        out.append((stack, [f.encode() for f in (write, control, trimmed)]))
+    return out
+
+
+def _capture_frames(rng, *, every_cut):
+    """Frames for the capture tests, with their header stack and the cut's region."""
+    frames = []
+    # Long frames (the capture state must saturate, not wrap), whole and cut inside the payload.
+    for stack in ("plain", "outer", 3):
+        for _ in range(2):
+            frame = _random_write(rng, stack != "plain", 0)
+            frame.payload = rng.randbytes(rng.randrange(1500, 4000))
+            raw = (_with_srh(frame, rng, stack) if stack == 3 else frame).encode()
+            cut = rng.choice([len(raw), rng.randrange(len(raw) - 1000, len(raw))])
+            frames.append((_cut(raw, cut), stack, "long"))
+    for stack, raws in _stacks(rng):
+        for raw in raws:
+            ip_at = _ip_at(raw)
+            # The flow label's top bits (in the record) differ from frame to frame, so that a byte of
+            # the inner header left from an earlier frame is seen.
+            raw = bytearray(raw)
+            raw[ip_at + 1] = (raw[ip_at + 1] & 0xF0) | rng.randrange(16)
+            raw = bytes(raw)
+            if every_cut:  # shorter cuts are alike for every stack; past the tail they change lengths only
+                cuts = {*range(50, min(len(raw), ip_at + 100) + 1), len(raw), rng.randrange(1, 50)}
+            else:  # the whole frame, around both ends of the SRH and the tail, and a few anywhere
+                cuts = {len(raw), 54, 55, 56, 61, 62, ip_at - 1, ip_at, ip_at + 1, ip_at + 47, ip_at + 95}
+                cuts |= {ip_at + 96, rng.randrange(1, 54), rng.randrange(ip_at, len(raw))}
+                if ip_at > 62:
+                    cuts.add(rng.randrange(62, ip_at))
+            for cut in sorted(c for c in cuts if 0 < c <= len(raw)):
+                region = "srh" if 54 <= cut < ip_at else "tail" if ip_at < cut < ip_at + 96 else "other"
+                frames.append((_cut(raw, cut), stack, region))
+    return frames
+
+
+def _check_capture(w, frames, seed):
+    """Parse ``frames`` in a random order with random gaps and holds; every record must agree with
+    decode(), and the truncation checks inside the SRH and inside the tail must have been reached."""
+    rng = random.Random(seed)
+    rng.shuffle(frames)
+    gaps = [0 if rng.random() < 0.7 else rng.randrange(1, 6) for _ in frames]  # mostly back to back
+    holds = [0 if rng.random() < 0.5 else rng.randrange(1, 30) for _ in frames]  # header backpressure
+    raws = [raw for raw, _, _ in frames]
+    records = _parse(raws, w, stall=0.2, seed=seed, gaps=gaps, holds=holds)
+    reached = set()
+    for (raw, stack, region), rec in zip(frames, records, strict=True):
+        _check(raw, rec, skip_long_srh=True)
+        if stack == _STACKS[-1] and len(raw) >= 62:
+            assert rec.status == ParseStatus.BAD_ROUTING_HEADER, raw.hex()
+        reached.add((stack, region, rec.status))
+    for stack in _STACKS[:-1]:
+        assert (stack, "tail", ParseStatus.TRUNCATED) in reached, stack
+        assert (stack, "tail", ParseStatus.OK) in reached, stack  # a trimmed WRITE cut in its headers
+        if isinstance(stack, int):
+            assert (stack, "srh", ParseStatus.TRUNCATED) in reached, stack
+
+
+@pytest.mark.parametrize("w", [8, 16, 32, 64])
+def test_streaming_capture_every_srh_length_and_cut(w):
+    """Every header stack (no outer header, outer IPv6, SRH of 0..8 units, one too long to skip) at
+    widths where the tail starts at one (8) or several (16, 32, 64) lanes of its first beat, and where
+    each beat is written a cycle after it is taken (64). Whole frames and cuts inside the SRH, at the
+    tail's start, inside and just past the tail, and shorter than the Ethernet + IPv6 headers, plus long
+    frames; shuffled so the stacks follow each other at random, mostly back to back, records held."""
+    seed = 4000 + w
+    print(f"seed {seed}")
+    frames = _capture_frames(random.Random(seed), every_cut=False)
+    _check_capture(w, frames, seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("w", [8, 16, 32, 64])
+def test_streaming_capture_every_byte(w):
+    """As above, with every cut from byte 50 to 100 bytes past the tail's start."""
+    seed = 5000 + w
+    print(f"seed {seed}")
+    frames = _capture_frames(random.Random(seed), every_cut=True)
+    _check_capture(w, frames, seed)
