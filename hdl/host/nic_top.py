@@ -40,9 +40,15 @@ from .axil import AxiLiteSignature
 from .queue_engine import QueueEngine
 from .register_file import RegisterFile
 
-__all__ = ["MrcNicTop"]
+__all__ = ["MrcNicTop", "mac_counter_shapes"]
 
 ID_WIDTH = 4  # of each block's AXI port; m_axi has one more bit
+
+
+def mac_counter_shapes(planes: int) -> dict:
+    """The ``mac_<name>`` ports of the MACs' counters (``mrcnic.regmap.MAC_COUNTERS``): one 32-bit counter
+    per plane each. MrcNicTop takes them as inputs; its register file reads them in the PORT blocks."""
+    return {f"mac_{name}": data.ArrayLayout(32, planes) for name in MAC_COUNTERS}
 
 
 class MrcNicTop(wiring.Component):
@@ -78,7 +84,7 @@ class MrcNicTop(wiring.Component):
         self._engine = QueueEngine(qps=qps, data_width=data_width, id_width=ID_WIDTH)
         # The register file sees the core's and the engine's ports by name (the core's where both have
         # one: its streams are the tables' targets).
-        mac = {f"mac_{name}": data.ArrayLayout(32, planes) for name in MAC_COUNTERS}
+        mac = mac_counter_shapes(planes)
         bound = {
             **self._engine.signature.members,
             **self._core.signature.members,

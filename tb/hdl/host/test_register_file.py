@@ -6,6 +6,10 @@ Random delays between the AXI channels; seeds printed (``REGISTER_FILE_SEED=<see
 import os
 import random
 
+from amaranth.lib import wiring
+from amaranth.lib.wiring import Out
+
+from mrcnic.hdl.host.nic_top import mac_counter_shapes
 from mrcnic.hdl.host.register_file import RegisterFile
 from mrcnic.hdl.nic import core_signature
 from mrcnic.hdl.tx.path_selector import EvState
@@ -27,7 +31,10 @@ def new_seed() -> int:
 def make():
     params = {k: getattr(CAPS, k) for k in ("planes", "qps", "ev_slots", "backups", "mrs", "destinations")}
     regmap = nic_register_map(CAPS)
-    return regmap, RegisterFile(regmap, core_signature(**params))
+    # the register file sees the core's ports and the MAC counter inputs of MrcNicTop
+    ports = {**core_signature(**params).members}
+    ports.update({name: Out(shape) for name, shape in mac_counter_shapes(CAPS.planes).items()})
+    return regmap, RegisterFile(regmap, wiring.Signature(ports))
 
 
 class Manager:
