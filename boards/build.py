@@ -28,6 +28,7 @@ from pathlib import Path
 from mrcnic.toolchain import apply_tool_environment
 
 from .board_top import BOARDS, ETH_HZ, BoardTop
+from .nic_board import BOARD_NIC
 
 __all__ = ["build_board", "clock_domain", "main"]
 
@@ -90,7 +91,7 @@ def build_board(board: str, build_root: Path, *, seed: int = 1, allow_timing_fai
         "planes": spec.planes,
         "memory_bytes": spec.memory_size,
         "max_frame": spec.max_frame,
-        "nic": None,
+        "nic": {**BOARD_NIC, **top.nic_params, "planes": spec.planes, "clock_hz": int(spec.core_hz)},
         "seed": seed,
     }
     started = time.monotonic()
@@ -111,9 +112,6 @@ def build_board(board: str, build_root: Path, *, seed: int = 1, allow_timing_fai
         lines = log.read_text().splitlines() if log.exists() else []
         error = [line for line in lines if "ERROR" in line] or [str(exc).splitlines()[-1]]
     report["seconds"] = round(time.monotonic() - started, 1)
-    report["nic"] = {
-        k: v for k, v in top.nic_params.items()
-    } or "board defaults (mrcnic.boards.nic_board.BOARD_NIC)"
 
     nextpnr = build_dir / "nextpnr-report.json"
     if nextpnr.exists():

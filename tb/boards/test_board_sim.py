@@ -95,7 +95,6 @@ class CableBench(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        renamed = {}
         for s, board in self._boards.items():
             domains = {"sync": f"{s}_sync", "eth_tx": f"{s}_eth_tx", "eth_tx90": f"{s}_eth_tx90"}
             domains.update({f"eth_rx{p}": f"{s}_eth_rx{p}" for p in range(PLANES)})
@@ -118,7 +117,7 @@ class CableBench(wiring.Component):
                     m.d.comb += getattr(self, f"{s}_mac{p}_{name}").eq(getattr(board, f"stat_mac{p}_{name}"))
             for name in UART_COUNTERS:
                 m.d.comb += getattr(self, f"{s}_uart_{name}").eq(getattr(board, f"stat_uart_{name}"))
-            m.submodules[f"board_{s}"] = renamed[s] = DomainRenamer(domains)(board)
+            m.submodules[f"board_{s}"] = DomainRenamer(domains)(board)
         a, b = self._boards["a"], self._boards["b"]
         for p in range(PLANES):  # the cables: each side's TX pins are the other's RX pins
             for tx, rx in ((a, b), (b, a)):

@@ -12,13 +12,14 @@ from __future__ import annotations
 import re
 
 import pytest
-from amaranth import Cat, ClockDomain, ClockSignal, Instance, Module, Signal
+from amaranth import Cat, ClockDomain, ClockSignal, Module, Signal
 from amaranth.lib import fifo, io, wiring
 from amaranth.lib.cdc import ResetSynchronizer
 from amaranth_boards.colorlight_5a75b_r7_0 import Colorlight_5A75B_R70Platform
 from amaranth_boards.ecpix5 import ECPIX585Platform
 from amaranth_boards.versa_ecp5 import VersaECP5Platform
 
+from mrcnic.boards.ecp5_pll import Ecp5Pll
 from mrcnic.hdl.eth.counters import COUNTERS
 from mrcnic.hdl.eth.port import EthernetPort
 from mrcnic.hdl.eth.rgmii import RgmiiPhy, request_rgmii
@@ -28,8 +29,8 @@ from support.cocotb_runner import REPO_ROOT
 
 
 class LoopbackTop(wiring.Component):
-    def __init__(self, ports: int, clki_div: int, max_frame: int):
-        self.ports, self.clki_div, self.max_frame = ports, clki_div, max_frame
+    def __init__(self, ports: int, max_frame: int):
+        self.ports, self.max_frame = ports, max_frame
         super().__init__({})
 
     def elaborate(self, platform):
@@ -37,32 +38,9 @@ class LoopbackTop(wiring.Component):
         m.domains.sync = ClockDomain()
         m.domains.eth_tx = ClockDomain()
         m.submodules.clk_in = clk_in = io.Buffer("i", platform.request(platform.default_clk, dir="-"))
-        # 125 MHz = f_in / clki_div * 5: the PLL's VCO at 625 MHz.
-        clk, lock = Signal(name="pll_clkop"), Signal(name="pll_lock")
-        m.submodules.pll = Instance(
-            "EHXPLLL",
-            p_CLKI_DIV=self.clki_div,
-            p_CLKFB_DIV=5,
-            p_CLKOP_DIV=5,
-            p_CLKOP_CPHASE=4,
-            p_CLKOP_FPHASE=0,
-            p_CLKOP_ENABLE="ENABLED",
-            p_FEEDBK_PATH="CLKOP",
-            i_CLKI=clk_in.i,
-            i_CLKFB=clk,
-            i_RST=0,
-            i_STDBY=0,
-            i_PHASESEL0=0,
-            i_PHASESEL1=0,
-            i_PHASEDIR=0,
-            i_PHASESTEP=0,
-            i_PHASELOADREG=0,
-            i_PLLWAKESYNC=0,
-            i_ENCLKOP=0,
-            o_CLKOP=clk,
-            o_LOCK=lock,
-        )
-        platform.add_clock_constraint(clk, 125e6)
+        f_in = platform.lookup(platform.default_clk).clock.frequency
+        m.submodules.pll = pll = Ecp5Pll(clk_in.i, f_in, 125e6, 125e6)
+        clk, lock = pll.clkop, pll.lock
         m.d.comb += [ClockSignal("sync").eq(clk), ClockSignal("eth_tx").eq(clk)]
         m.submodules.sync_reset = ResetSynchronizer(~lock, domain="sync")
         m.submodules.tx_reset = ResetSynchronizer(~lock, domain="eth_tx")
@@ -97,10 +75,10 @@ class LoopbackTop(wiring.Component):
 
 
 BOARDS = {
-    # board: (platform, ports, PLL input divider for 125 MHz, max_frame)
-    "versa_ecp5": (VersaECP5Platform, 2, 4, 9216),
-    "colorlight_5a75b_r7_0": (Colorlight_5A75B_R70Platform, 2, 1, 4242),
-    "ecpix5_85": (ECPIX585Platform, 1, 4, 9216),
+    # board: (platform, ports, max_frame)
+    "versa_ecp5": (VersaECP5Platform, 2, 9216),
+    "colorlight_5a75b_r7_0": (Colorlight_5A75B_R70Platform, 2, 4242),
+    "ecpix5_85": (ECPIX585Platform, 1, 9216),
 }
 
 
@@ -110,10 +88,10 @@ def test_eth_ecp5_build(board, monkeypatch):
     apply_tool_environment()
     # amaranth-boards names a programmer for these boards; nothing is programmed here.
     monkeypatch.setenv("OPENFPGALOADER", "true")
-    platform_cls, ports, clki_div, max_frame = BOARDS[board]
+    platform_cls, ports, max_frame = BOARDS[board]
     build_dir = REPO_ROOT / "build" / "eth_ecp5" / board
     platform_cls().build(
-        LoopbackTop(ports, clki_div, max_frame), name="top", build_dir=str(build_dir), do_program=False
+        LoopbackTop(ports, max_frame), name="top", build_dir=str(build_dir), do_program=False
     )
     report = (build_dir / "top.tim").read_text()
     # Pre- and post-route figures: the dict keeps the last (post-route) one of each clock.
