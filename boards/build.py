@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+from mrcnic.hdl.host.host_memory import YOSYS_UNDEFINED_COLLISIONS
 from mrcnic.toolchain import apply_tool_environment
 
 from .board_top import BOARDS, ETH_HZ, BoardTop
@@ -32,15 +33,14 @@ from .nic_board import BOARD_NIC
 
 __all__ = ["build_board", "clock_domain", "main"]
 
-# Yosys's ECP5 script maps LUTs with ABC9, which the WebAssembly Yosys (YoWASP 0.70) aborts with an
-# uncaught exception on the whole board design; classic ABC with the same LUT4..LUT7 library (wide LUTs
-# become PFUMX / L6MUX21) is used instead, then the rest of the script (cell mapping, checks) as usual.
-SYNTH_OPTS = "-run :map_luts"
+# Yosys's ECP5 script, in two halves around one step: after ``memory_collect`` the host memory's ports are
+# marked as having undefined read-during-write (``no_rw_check``, which Yosys's RTLIL frontend does not
+# apply itself), so it maps to DP16KD blocks instead of half a million flip-flops.
+SYNTH_OPTS = "-run :map_ram"
 
 
 def _after_synth(name: str) -> str:
-    steps = ["techmap -map +/lattice/latches_map.v", "abc -dress -lut 4:7", "clean"]
-    return "; ".join([*steps, f"synth_ecp5 -top {name} -run map_cells:"])
+    return f"{YOSYS_UNDEFINED_COLLISIONS}; synth_ecp5 -top {name} -run map_ram:"
 
 
 UTILISATION = {
@@ -56,15 +56,25 @@ UTILISATION = {
 
 
 def clock_domain(net: str) -> str:
-    """The clock domain a nextpnr clock net drives, from the names the board top gives them."""
-    if "clk_os" in net:
-        return "core"
-    if "clk_op" in net:
-        return "eth_tx"
-    found = re.search(r"eth_rgmii_pins_(\d+)__rx_clk", net)
+    """The clock domain a nextpnr clock net drives. Yosys keeps one of each clock's names: the board's
+    core clock (``board.clk``) or the PLL output (``clk_os``); the MACs' transmit clock
+    (``board.phy0.eth_tx_clk``, ``clk_op``); a port's receive clock (``board.phy<p>.eth_rx<p>_clk``, or
+    the pin, ``eth_rgmii_pins_<p>__rx_clk``)."""
+    name = net.removeprefix("$glbnet$")
+    found = re.search(r"eth_rx(\d+)_clk|eth_rgmii_pins_(\d+)__rx_clk", name)
     if found:
-        return f"eth_rx{found.group(1)}"
+        return f"eth_rx{found.group(1) or found.group(2)}"
+    if "eth_tx_clk" in name or "clk_op" in name:
+        return "eth_tx"
+    if name in ("clk", "board.clk") or "clk_os" in name:
+        return "core"
     return net
+
+
+def _log_utilisation(log: Path) -> dict:
+    """nextpnr's "Device utilisation" table from its log: still there when placement fails."""
+    found = re.findall(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)", log.read_text() if log.exists() else "", re.M)
+    return {cell: {"used": int(used), "available": int(avail)} for cell, used, avail in found}
 
 
 def _targets(spec) -> dict:
@@ -114,13 +124,21 @@ def build_board(board: str, build_root: Path, *, seed: int = 1, allow_timing_fai
     report["seconds"] = round(time.monotonic() - started, 1)
 
     nextpnr = build_dir / "nextpnr-report.json"
-    if nextpnr.exists():
-        data = json.loads(nextpnr.read_text())
-        report["utilisation"] = {
-            UTILISATION[cell]: {"used": use["used"], "available": use["available"]}
-            for cell, use in data.get("utilization", {}).items()
-            if cell in UTILISATION
-        }
+    data = json.loads(nextpnr.read_text()) if nextpnr.exists() else {}
+    utilisation = data.get("utilization") or _log_utilisation(build_dir / f"{name}.tim")
+    report["utilisation"] = {
+        UTILISATION[cell]: {"used": use["used"], "available": use["available"]}
+        for cell, use in utilisation.items()
+        if cell in UTILISATION
+    }
+    over = [
+        f"{cell} {u['used']}/{u['available']}"
+        for cell, u in report["utilisation"].items()
+        if u["used"] > u["available"]
+    ]
+    if over and error is not None:
+        error.append("does not fit: " + ", ".join(over))
+    if data:
         clocks, targets = {}, _targets(spec)
         for net, timing in data.get("fmax", {}).items():
             domain = clock_domain(net)

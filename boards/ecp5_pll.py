@@ -81,7 +81,6 @@ class Ecp5Pll(Elaboratable):
             o_CLKOS=self.clkos,
             o_LOCK=self.lock,
         )
-        if platform is not None:
-            platform.add_clock_constraint(self.clkop, self.f_op)
-            platform.add_clock_constraint(self.clkos, self.f_os)
+        # No clock constraints on the outputs: nextpnr derives them from the input's and the dividers
+        # ("Derived frequency constraint of 125.0 MHz for net ..."), and Yosys renames these nets anyway.
         return m

@@ -83,9 +83,12 @@ byte write enables. Each port is a read port and a write port on one address sig
 (``synth_ecp5``) maps port A and port B onto the two ports of DP16KD true dual-port blocks (WRITEMODE
 NORMAL), ``size / 2 KiB`` of them (16 Kbit of data each; parity bits unused), the minimum. The memory
 carries ``no_rw_check`` (read-during-write undefined, as said above); without it Yosys must keep the
-Verilog collision semantics and falls back to flip-flops. In logic: the two burst engines (word address,
-beat count, ID, response registers), the AXI4-Lite lane select (a W/4-to-1 multiplexer of 32 bits) and
-the address checks. Figures for 64 KiB, W = 8: docs/host-interface.md.
+collision semantics (old data across ports) and falls back to flip-flops: 64 KiB became 524,288
+flip-flops and took Yosys past WebAssembly's 4 GiB. Yosys's Verilog frontend turns the attribute into
+undefined collisions itself; its RTLIL frontend (Amaranth's build flow) does not, so a flow reading
+RTLIL runs :data:`YOSYS_UNDEFINED_COLLISIONS` after ``memory_collect`` (``boards/build.py``). In logic: the
+two burst engines (word address, beat count, ID, response registers), the AXI4-Lite lane select (a
+W/4-to-1 multiplexer of 32 bits) and the address checks. Figures for 64 KiB, W = 8: docs/host-interface.md.
 """
 
 from __future__ import annotations
@@ -98,7 +101,11 @@ from amaranth.lib.wiring import In
 from ..dma.axi import Axi4Signature, AxiBurst, AxiResp
 from .axil import AxiLiteSignature
 
-__all__ = ["HostMemory"]
+__all__ = ["HostMemory", "YOSYS_UNDEFINED_COLLISIONS"]
+
+# Yosys script step: the memories marked ``no_rw_check`` (this one, 2 read x 2 write ports) have undefined
+# read-during-write between their ports, which lets ``memory_libmap`` use DP16KD true dual-port blocks.
+YOSYS_UNDEFINED_COLLISIONS = "setparam -set RD_COLLISION_X_MASK 4'b1111 t:$mem_v2 a:no_rw_check %i"
 
 
 class _BurstEngine:

