@@ -83,7 +83,9 @@ def _targets(spec) -> dict:
     return targets
 
 
-def build_board(board: str, build_root: Path, *, seed: int = 1, allow_timing_fail: bool = False) -> dict:
+def build_board(
+    board: str, build_root: Path, *, seed: int = 1, allow_timing_fail: bool = False, router: str = "router2"
+) -> dict:
     """Build ``board``; returns the report (also written as report.json). Raises SystemExit(1) on failure."""
     apply_tool_environment()
     os.environ.setdefault("OPENFPGALOADER", "true")  # amaranth-boards names it; nothing is programmed
@@ -103,6 +105,7 @@ def build_board(board: str, build_root: Path, *, seed: int = 1, allow_timing_fai
         "max_frame": spec.max_frame,
         "nic": {**BOARD_NIC, **top.nic_params, "planes": spec.planes, "clock_hz": int(spec.core_hz)},
         "seed": seed,
+        "router": router,
     }
     started = time.monotonic()
     error = None
@@ -115,7 +118,7 @@ def build_board(board: str, build_root: Path, *, seed: int = 1, allow_timing_fai
             do_program=False,
             synth_opts=SYNTH_OPTS,
             script_after_synth=_after_synth(name),
-            nextpnr_opts=f"--report nextpnr-report.json --timing-allow-fail --seed {seed}",
+            nextpnr_opts=f"--report nextpnr-report.json --timing-allow-fail --seed {seed} --router {router}",
         )
     except Exception as exc:  # the toolchain's own failure (does not fit, bad constraint, ...)
         log = build_dir / f"{name}.tim"
@@ -192,8 +195,17 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--allow-timing-fail", action="store_true", help="keep a bitstream that misses timing"
     )
+    parser.add_argument(
+        "--router", choices=("router1", "router2"), default="router2", help="nextpnr's router"
+    )
     args = parser.parse_args(argv)
-    build_board(args.board, args.build_dir, seed=args.seed, allow_timing_fail=args.allow_timing_fail)
+    build_board(
+        args.board,
+        args.build_dir,
+        seed=args.seed,
+        allow_timing_fail=args.allow_timing_fail,
+        router=args.router,
+    )
 
 
 if __name__ == "__main__":
