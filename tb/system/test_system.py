@@ -301,7 +301,7 @@ async def trimming_under_incast(dut):
 UP_AT = 0.4
 
 
-async def _fail_and_restore(bench, transfer, key, down_at=0.3, up_at=0.6):
+async def _fail_and_restore(bench, transfer, key, down_at, up_at=UP_AT):
     while not transfer.result.start_ps:
         await ClockCycles(bench.dut.clk, 64)
     ideal = transfer.size * 8e12 / theoretical_goodput_bps(bench.cfg)
@@ -317,7 +317,7 @@ async def link_fails_and_comes_back(dut):
     cfg = _config(memory=4 << 20)
     size = 1 << 20
     _, r = await _transfer(
-        dut, cfg, size=size, during=lambda b, t: _fail_and_restore(b, t, ("t0t1", 1, 0, 0), 0.15, UP_AT)
+        dut, cfg, size=size, during=lambda b, t: _fail_and_restore(b, t, ("t0t1", 1, 0, 0), 0.15)
     )
     assert r.data_verified and r.lost_frames > 0
     assert r.counters["path_retired"] >= 1 and r.counters["path_restored"] >= 1
