@@ -230,7 +230,9 @@ class ReceiveEngine(wiring.Component):
                 stat("naks")
 
         # -- frame sequencer ------------------------------------------------------------------------
-        v = Signal(self.verdict.payload.shape())
+        # The verdict stays on ``verdict`` until its sequence ends (taken in QUERY): no copy of its
+        # 700 bits here.
+        v = self.verdict.payload
         t = Signal(sack.verdict.payload.shape())
         h = v.header
         w = h.ext.write
@@ -291,15 +293,13 @@ class ReceiveEngine(wiring.Component):
         walking = Signal()
         with m.FSM():
             with m.State("IDLE"):
-                m.d.comb += self.verdict.ready.eq(1)
                 with m.If(self.verdict.valid):
-                    m.d.sync += [v.eq(self.verdict.payload), place.eq(0), complete.eq(0), respond.eq(0)]
-                    m.d.sync += query.eq(0)
-                    a = self.verdict.payload.action
+                    m.d.sync += [place.eq(0), complete.eq(0), respond.eq(0), query.eq(0)]
+                    a = v.action
                     with m.If(a == Action.DROP):
                         for d in Drop:
                             if d is not Drop.NONE:
-                                with m.If(self.verdict.payload.drop == d):
+                                with m.If(v.drop == d):
                                     stat(f"drop_{d.name.lower()}")
                         m.next = "RELEASE"
                     with m.Elif(a == Action.FEEDBACK):
@@ -444,6 +444,7 @@ class ReceiveEngine(wiring.Component):
             with m.State("QUERY"):
                 m.d.comb += [comp.query.valid.eq(query), comp.query.payload.qp.eq(qp)]
                 with m.If(~query):
+                    m.d.comb += self.verdict.ready.eq(1)
                     m.next = "IDLE"
                 with m.Elif(comp.query.ready):
                     m.next = "QUERY_RESULT"
