@@ -23,16 +23,24 @@ name and shape facing the other way, so the top level connects them by name:
   the answer). Other ``COMMAND`` values do nothing.
 
 Bus behaviour. One write and one read at a time; a write is taken when address and data are both valid
-(1 cycle, then B); a read returns in the next cycle. Strobes select byte lanes. A register wider than 32
-bits is written word by word (the core sees each word as it lands). Addresses inside the map that hold no
-register read 0 and ignore writes (OKAY); addresses beyond the map answer DECERR. The address's low two
-bits are ignored.
+(1 cycle, then B); a read returns in the next cycle (a read is not taken in a cycle that takes a write).
+Strobes select byte lanes. A register wider than 32 bits is written word by word (the core sees each word
+as it lands). Addresses inside the map that hold no register read 0 and ignore writes (OKAY); addresses
+beyond the map answer DECERR. The address's low two bits are ignored.
+
+Read-back memory. Words that only the bus changes (the block headers, constants, read/write registers
+that no read-back answer loads) are read from a block RAM copy written along with the registers, so the
+read multiplexer spans only the words the core drives (counters, status, loaded fields): on the
+ECPIX-5 build the read multiplexer went from about 2.8 k LUT4s to 1.9 k (docs/benchmarks.md). After a reset
+the register file copies the memory's reset image into place before it takes any request: the bus waits
+``2**ceil(log2(map words)) + 1`` cycles (513 for the NIC's map of 384 words, about 8 us at 62.5 MHz).
 """
 
 from __future__ import annotations
 
-from amaranth import Const, Module, Signal, Value
+from amaranth import Module, Mux, Signal, Value
 from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from mrcnic.regmap import Access, BlockType, RegisterMap
@@ -100,13 +108,16 @@ class RegisterFile(wiring.Component):
         commands: dict[int, tuple] = {}  # word index -> the table's (pending, reading or None) flags
         pending_of: list[Signal] = []
         read_held: dict[int, Signal] = {}  # word index -> reads wait while this is 1 (a read-back)
+        # Words whose value only the bus changes (constants, and read/write registers that no read-back
+        # answer loads) are read from the read-back memory instead: {word: (reset value, valid bits)}.
+        shadowed: dict[int, tuple[int, int]] = {}
 
         def word(address: int) -> int:
             return address >> 2
 
         for block in self.regmap.blocks:
             for i, value in enumerate(self.regmap.header(block)):
-                reads[word(block.base) + i] = Const(value, 32)
+                shadowed[word(block.base) + i] = (value, 32)
             table = reading = None
             if block.kind == BlockType.TABLE:
                 table = len(pending_of)
@@ -152,18 +163,64 @@ class RegisterFile(wiring.Component):
                     if reading is not None and r.binding in loaded:
                         with m.If(answer.valid):
                             m.d.sync += store.eq(_select(answer.payload, r.binding))
-                    value = store
                     for w in range(r.words):
                         writes[first + w] = [(store, 32 * w, min(32, r.width - 32 * w))]
+                    if reading is not None and r.binding in loaded:
+                        for w in range(r.words):
+                            reads[first + w] = store[32 * w : 32 * w + 32]
+                        continue
                 elif r.binding is not None:
-                    value = _select(self, r.binding)
-                else:
-                    value = Const(r.reset, r.width)
+                    value = Value.cast(_select(self, r.binding))
+                    for w in range(r.words):
+                        reads[first + w] = value[32 * w : 32 * w + 32]
+                    continue
                 for w in range(r.words):
-                    reads[first + w] = Value.cast(value)[32 * w : 32 * w + 32]
+                    shadowed[first + w] = ((r.reset >> 32 * w) & 0xFFFF_FFFF, min(32, r.width - 32 * w))
+
+        # -- read-back memory: the bus's reads of ``shadowed`` words come from block RAM, not from a
+        # multiplexer over the registers. Upper half: the live copy, written with the registers; lower
+        # half: the reset image, never written. After reset the bus waits while a scrub copies the
+        # image over the live copy (one word a cycle), so a reset without reconfiguration reads back
+        # the reset values, as the registers hold.
+        size_words = self.regmap.size >> 2
+        half = 1 << max(0, (size_words - 1).bit_length())
+        image = [0] * half
+        for w, (value, _) in shadowed.items():
+            image[w] = value
+        m.submodules.shadow = shadow = Memory(shape=32, depth=2 * half, init=image + image)
+        shadow_rd = shadow.read_port()
+        shadow_wr = shadow.write_port(granularity=8)
+        scrub = Signal(range(half + 1))  # next image word to read; ``half``: done
+        scrub_copy = Signal()  # the word read last cycle goes to the live copy now
+        scrub_word = Signal(range(half))
+        scrubbing = Signal()
+        m.d.comb += scrubbing.eq((scrub != half) | scrub_copy)
+        m.d.sync += scrub_copy.eq(scrub != half)
+        with m.If(scrub != half):
+            m.d.sync += [scrub.eq(scrub + 1), scrub_word.eq(scrub)]
+
+        def one_of(address_word, words):
+            hit = Signal()
+            with m.Switch(address_word):
+                with m.Case(*words):
+                    m.d.comb += hit.eq(1)
+            return hit
+
+        written = [w for w in shadowed if w in writes]  # the rest are constants
+
+        def valid_bits(address_word):
+            """Mask of the bits a word keeps (a narrow register's upper bits read 0)."""
+            mask = Signal(32)
+            widths = {}
+            for w, (_, width) in shadowed.items():
+                widths.setdefault(width, []).append(w)
+            with m.Switch(address_word):
+                for width, words in widths.items():
+                    with m.Case(*words):
+                        m.d.comb += mask.eq((1 << width) - 1)
+            return mask
 
         # -- write channel: address and data together, then the response
-        size_words = self.regmap.size >> 2
         aw_word = bus.awaddr[2:]
         blocked = Signal()
         with m.Switch(aw_word):
@@ -171,7 +228,7 @@ class RegisterFile(wiring.Component):
                 with m.Case(w):
                     m.d.comb += blocked.eq(pending_of[table])
         take_write = Signal()
-        m.d.comb += take_write.eq(bus.awvalid & bus.wvalid & ~bus.bvalid & ~blocked)
+        m.d.comb += take_write.eq(bus.awvalid & bus.wvalid & ~bus.bvalid & ~blocked & ~scrubbing)
         m.d.comb += [bus.awready.eq(take_write), bus.wready.eq(take_write)]
         with m.If(bus.bvalid & bus.bready):
             m.d.sync += bus.bvalid.eq(0)
@@ -200,6 +257,21 @@ class RegisterFile(wiring.Component):
                             with m.If(bus.wstrb[0] & (bus.wdata[:2] == 2)):
                                 m.d.sync += [pending.eq(1), reading.eq(1)]
 
+        with m.If(scrubbing):
+            m.d.comb += [
+                shadow_wr.addr.eq(half + scrub_word),
+                shadow_wr.data.eq(shadow_rd.data),
+                shadow_wr.en.eq(Mux(scrub_copy, 0b1111, 0)),
+            ]
+        with m.Else():
+            m.d.comb += [
+                shadow_wr.addr.eq(half + aw_word),
+                shadow_wr.data.eq(bus.wdata & valid_bits(aw_word)),
+                shadow_wr.en.eq(
+                    Mux(take_write & (aw_word < size_words) & one_of(aw_word, written), bus.wstrb, 0)
+                ),
+            ]
+
         # -- read channel: the data of the address taken, one cycle later
         with m.If(bus.rvalid & bus.rready):
             m.d.sync += bus.rvalid.eq(0)
@@ -210,13 +282,25 @@ class RegisterFile(wiring.Component):
                 with m.Case(w):
                     m.d.comb += read_blocked.eq(reading)
         take_read = Signal()
-        m.d.comb += [take_read.eq(bus.arvalid & ~bus.rvalid & ~read_blocked), bus.arready.eq(take_read)]
+        # Not in a cycle that writes: the two memory ports must not meet on one word.
+        m.d.comb += [
+            take_read.eq(bus.arvalid & ~bus.rvalid & ~read_blocked & ~scrubbing & ~take_write),
+            bus.arready.eq(take_read),
+        ]
+        from_shadow = Signal()
+        register_data = Signal(32)
+        m.d.comb += [
+            shadow_rd.addr.eq(Mux(scrubbing, scrub, half + ar_word)),
+            shadow_rd.en.eq(Mux(scrubbing, 1, take_read)),
+            bus.rdata.eq(Mux(from_shadow, shadow_rd.data, register_data)),
+        ]
         with m.If(take_read):
-            m.d.sync += [bus.rvalid.eq(1), bus.rdata.eq(0), bus.rresp.eq(AxiResp.OKAY)]
+            m.d.sync += [bus.rvalid.eq(1), register_data.eq(0), bus.rresp.eq(AxiResp.OKAY)]
+            m.d.sync += from_shadow.eq((ar_word < size_words) & one_of(ar_word, shadowed))
             with m.If(ar_word >= size_words):
                 m.d.sync += bus.rresp.eq(AxiResp.DECERR)
             with m.Switch(ar_word):
                 for w, value in reads.items():
                     with m.Case(w):
-                        m.d.sync += bus.rdata.eq(value)
+                        m.d.sync += register_data.eq(value)
         return m

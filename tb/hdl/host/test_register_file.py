@@ -6,6 +6,7 @@ Random delays between the AXI channels; seeds printed (``REGISTER_FILE_SEED=<see
 import os
 import random
 
+from amaranth import ClockDomain, Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import Out
 
@@ -287,3 +288,52 @@ def test_table_read_back():
                 ctx.set(ans.valid, 0)
 
     run(dut, bench, processes=[core], name="register_file_read_back")
+
+
+def test_reset_restores_read_back():
+    """A reset without reconfiguration: the registers and what the bus reads back both return to the map's
+    resets (the read-back memory's scrub copies its reset image back), and the bus waits until then."""
+    rng = random.Random(new_seed())
+    regmap, dut = make()
+    top = Module()
+    top.domains.sync = cd = ClockDomain()
+    top.submodules.dut = dut
+    rel, tr = regmap["reliability"], regmap["transport"]
+    words = len(range(0, regmap.size, 4))
+    scrub_cycles = 1 << (words - 1).bit_length()
+
+    async def bench(ctx):
+        bus = Manager(ctx, dut.bus, rng)
+        reset = rel.register("RTO_CYCLES").reset
+        await bus.write(rel.address("RTO_CYCLES"), 0xDEADBEEF)
+        await bus.write(rel.address("RETRY_BUDGET"), 0xFFFFFFFF, strobe=0b0001)
+        await bus.write_wide(tr.address("OWN_GID"), rng.getrandbits(128), 4)
+        assert await bus.read(rel.address("RTO_CYCLES")) == 0xDEADBEEF
+        ctx.set(cd.rst, 1)
+        await ctx.tick()
+        ctx.set(cd.rst, 0)
+        assert ctx.get(dut.rto_cycles) == reset and ctx.get(dut.config.own_gid) == 0
+        ctx.set(dut.bus.araddr, rel.address("RTO_CYCLES"))
+        ctx.set(dut.bus.arvalid, 1)
+        waited = 0
+        while not ctx.get(dut.bus.arready):
+            await ctx.tick()
+            waited += 1
+        print(f"bus waited {waited} cycles after the reset ({words} words in the map)")
+        assert waited >= scrub_cycles
+        await ctx.tick()  # the read is taken at this edge
+        ctx.set(dut.bus.arvalid, 0)
+        ctx.set(dut.bus.rready, 1)
+        (data,) = await ctx.tick().sample(dut.bus.rdata).until(dut.bus.rvalid)
+        ctx.set(dut.bus.rready, 0)
+        assert data == reset
+        assert await bus.read(rel.address("RETRY_BUDGET")) == rel.register("RETRY_BUDGET").reset
+        assert await bus.read_wide(tr.address("OWN_GID"), 4) == 0
+        header = [await bus.read(rel.base + 4 * i) for i in range(4)]
+        assert header == regmap.header(rel)
+        # and writes after the scrub land in both again, partial strobes included
+        await bus.write(rel.address("RTO_CYCLES"), 0x00AB0000, strobe=0b0100)
+        want = (reset & ~0x00FF0000) | 0x00AB0000
+        assert await bus.read(rel.address("RTO_CYCLES")) == want == ctx.get(dut.rto_cycles)
+
+    run(top, bench, name="register_file_reset")
