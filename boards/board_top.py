@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from amaranth import ClockDomain, ClockSignal, Elaboratable, Module
+from amaranth import ClockDomain, ClockSignal, Elaboratable, Instance, Module, ResetSignal
 from amaranth.build import Attrs, Resource
 from amaranth.lib import io
 from amaranth.lib.cdc import ResetSynchronizer
@@ -99,7 +99,15 @@ class BoardTop(Elaboratable):
         m.submodules.clk_in = clk_in = io.Buffer("i", platform.request(platform.default_clk, dir="-"))
         m.submodules.pll = pll = Ecp5Pll(clk_in.i, clk.clock.frequency, ETH_HZ, spec.core_hz)
         m.d.comb += [ClockSignal("eth_tx").eq(pll.clkop), ClockSignal("sync").eq(pll.clkos)]
-        m.submodules.sync_reset = ResetSynchronizer(~pll.lock, domain="sync")
+        # The core's reset reaches about 23 k flip-flops. nextpnr puts only clocks on the global
+        # network, so it went to every tile over fabric wires; through a DCCA global buffer it takes a
+        # clock spine instead (docs/boards.md, "Routing").
+        m.domains.sync_lock = ClockDomain()
+        m.d.comb += ClockSignal("sync_lock").eq(pll.clkos)
+        m.submodules.sync_reset = ResetSynchronizer(~pll.lock, domain="sync_lock")
+        m.submodules.sync_reset_global = Instance(
+            "DCCA", i_CLKI=ResetSignal("sync_lock"), i_CE=1, o_CLKO=ResetSignal("sync")
+        )
         m.submodules.eth_tx_reset = ResetSynchronizer(~pll.lock, domain="eth_tx")
 
         self._release_phy_resets(m, platform)
