@@ -101,7 +101,7 @@ class BoardTop(Elaboratable):
         m.d.comb += [ClockSignal("eth_tx").eq(pll.clkop), ClockSignal("sync").eq(pll.clkos)]
         # The core's reset reaches about 23 k flip-flops. nextpnr puts only clocks on the global
         # network, so it went to every tile over fabric wires; through a DCCA global buffer it takes a
-        # clock spine instead (docs/boards.md, "Routing").
+        # clock spine instead (docs/boards.md, "ECPIX-5: the bitstream").
         m.domains.sync_lock = ClockDomain()
         m.d.comb += ClockSignal("sync_lock").eq(pll.clkos)
         m.submodules.sync_reset = ResetSynchronizer(~pll.lock, domain="sync_lock")

@@ -191,13 +191,12 @@ class RegisterFile(wiring.Component):
         shadow_rd = shadow.read_port()
         shadow_wr = shadow.write_port(granularity=8)
         scrub = Signal(range(half + 1))  # next image word to read; ``half``: done
-        scrub_copy = Signal()  # the word read last cycle goes to the live copy now
-        scrub_word = Signal(range(half))
+        scrub_copy = Signal()  # the word read last cycle (``scrub - 1``) goes to the live copy now
         scrubbing = Signal()
         m.d.comb += scrubbing.eq((scrub != half) | scrub_copy)
         m.d.sync += scrub_copy.eq(scrub != half)
         with m.If(scrub != half):
-            m.d.sync += [scrub.eq(scrub + 1), scrub_word.eq(scrub)]
+            m.d.sync += scrub.eq(scrub + 1)
 
         def one_of(address_word, words):
             hit = Signal()
@@ -259,7 +258,7 @@ class RegisterFile(wiring.Component):
 
         with m.If(scrubbing):
             m.d.comb += [
-                shadow_wr.addr.eq(half + scrub_word),
+                shadow_wr.addr.eq(half + scrub - 1),
                 shadow_wr.data.eq(shadow_rd.data),
                 shadow_wr.en.eq(Mux(scrub_copy, 0b1111, 0)),
             ]
@@ -267,9 +266,7 @@ class RegisterFile(wiring.Component):
             m.d.comb += [
                 shadow_wr.addr.eq(half + aw_word),
                 shadow_wr.data.eq(bus.wdata & valid_bits(aw_word)),
-                shadow_wr.en.eq(
-                    Mux(take_write & (aw_word < size_words) & one_of(aw_word, written), bus.wstrb, 0)
-                ),
+                shadow_wr.en.eq(Mux(take_write & one_of(aw_word, written), bus.wstrb, 0)),
             ]
 
         # -- read channel: the data of the address taken, one cycle later
@@ -296,7 +293,7 @@ class RegisterFile(wiring.Component):
         ]
         with m.If(take_read):
             m.d.sync += [bus.rvalid.eq(1), register_data.eq(0), bus.rresp.eq(AxiResp.OKAY)]
-            m.d.sync += from_shadow.eq((ar_word < size_words) & one_of(ar_word, shadowed))
+            m.d.sync += from_shadow.eq(one_of(ar_word, shadowed))
             with m.If(ar_word >= size_words):
                 m.d.sync += bus.rresp.eq(AxiResp.DECERR)
             with m.Switch(ar_word):

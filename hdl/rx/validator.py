@@ -15,8 +15,8 @@ Tables (``lib.memory``, written through configure streams, read once per frame):
 
 Input ``i``: ``{header: ParsedHeaders, icrc_ok, oversize}`` (the parser's record joined with the frame
 buffer's). Output ``o``: one :func:`verdict_layout` record per frame, in order (its ``header`` drops the
-addresses checked here). ``qp_error`` (a bit per
-QP, from the completion tracker) marks QPs that sent a NAK: their WRITEs are refused (row 4).
+addresses checked here). ``qp_error`` (a bit per QP, from the completion tracker) marks QPs that sent a
+NAK: their WRITEs are refused (row 4).
 
 Timing: 1 cycle to read the tables, 1 to decide, 1 on the output register; one frame per 2 cycles at
 most (frames are far longer).
