@@ -135,11 +135,16 @@ class ReceiveEngine(wiring.Component):
 
         sack_pending = per_qp(1, "sack_pending")
         sack_since = per_qp(32, "sack_since")  # time of the first un-SACKed arrival
-        sack_record = per_qp(self._response, "sack_record")  # SACK for the latest arrival
+        # A response is the QP's peer addressing (constant while the QP is connected: kept once per QP)
+        # plus what the response says; records waiting here keep only the second part.
+        address_fields = ("dest", "peer_qpn", "peer_gid", "own_qpn")
+        address_layout = data.StructLayout({f: self._response[f].shape for f in address_fields})
+        sack_layout = data.StructLayout({f: self._response[f].shape for f in ("ev", "seth", "cc")})
+        sack_record = per_qp(sack_layout, "sack_record")  # SACK for the latest arrival (EV, SETH, CC)
         unsacked = per_qp(32, "unsacked")  # new payload bytes since the last SACK
         oor_sent = per_qp(1, "oor_sent")
         oor_at = per_qp(32, "oor_at")
-        address = per_qp(self._response, "address")  # peer fields + EV of the latest cack move
+        address = per_qp(address_layout, "address")  # the peer fields of the QP's latest frame
         ack_pending = per_qp(1, "ack_pending")
         ack_msn = per_qp(16, "ack_msn")
         ack_sent = per_qp(1, "ack_sent")
@@ -245,14 +250,16 @@ class ReceiveEngine(wiring.Component):
         resp = Signal(self._response)
         m.d.comb += [main_resp.payload.eq(resp)]
 
-        base = Signal(self._response)  # the QP's addressing fields for a response to this frame
+        base_address = Signal(address_layout)
         m.d.comb += [
-            base.ev.eq(v.ev),
-            base.dest.eq(v.context.dest),
-            base.peer_qpn.eq(v.context.peer_qpn),
-            base.peer_gid.eq(v.context.peer_gid),
-            base.own_qpn.eq(v.context.qpn),
+            base_address.dest.eq(v.context.dest),
+            base_address.peer_qpn.eq(v.context.peer_qpn),
+            base_address.peer_gid.eq(v.context.peer_gid),
+            base_address.own_qpn.eq(v.context.qpn),
         ]
+        base = Signal(self._response)  # the QP's addressing fields for a response to this frame
+        m.d.comb += base.ev.eq(v.ev)
+        m.d.comb += [getattr(base, f).eq(getattr(base_address, f)) for f in address_fields]
         timestamp = Mux(h.bth.ts & h.present.tseth, w.tseth.tx_timestamp, 0)
 
         sack_resp = Signal(self._response)  # SACK with the tracker's verdict ``t`` as trigger
@@ -340,7 +347,7 @@ class ReceiveEngine(wiring.Component):
 
             with m.State("DECIDE"):
                 m.next = "RELEASE"
-                m.d.sync += address[qp].eq(base)
+                m.d.sync += address[qp].eq(base_address)
                 with m.If(v.action == Action.PROBE):
                     stat("probes")
                     probe = Signal(self._response)
@@ -392,7 +399,10 @@ class ReceiveEngine(wiring.Component):
                     with m.If(trigger):
                         sack_now()
                     with m.Else():
-                        m.d.sync += [unsacked[qp].eq(total), sack_record[qp].eq(sack_resp)]
+                        pending = Signal(sack_layout)
+                        m.d.comb += [pending.ev.eq(sack_resp.ev), pending.seth.eq(sack_resp.seth)]
+                        m.d.comb += pending.cc.eq(sack_resp.cc)
+                        m.d.sync += [unsacked[qp].eq(total), sack_record[qp].eq(pending)]
                         with m.If(~sack_pending[qp]):
                             m.d.sync += [sack_pending[qp].eq(1), sack_since[qp].eq(now)]
 
@@ -466,43 +476,42 @@ class ReceiveEngine(wiring.Component):
         # -- pacer: fenced ACKs, ACK interval, coalesced SACK timers -------------------------------
         scan = Signal(range(Q))
         m.d.sync += scan.eq(Mux(scan == Q - 1, 0, scan + 1))
+        # The held response: its QP's addressing is read from ``address`` at the output (it only changes
+        # when the QP is connected again), so only what differs between responses is registered.
         held = Signal()  # ``timer_resp`` holds a response
-        held_resp = Signal(self._response)
-        m.d.comb += [timer_resp.valid.eq(held), timer_resp.payload.eq(held_resp)]
+        held_qp = Signal(range(Q))
+        held_sack = Signal()  # the QP's coalesced SACK (else an ACK or NAK)
+        held_part = Signal(sack_layout)  # EV; SETH and CC of a SACK (0 for an ACK)
+        held_aeth = Signal(self._response["aeth"].shape)  # of an ACK or NAK (0 for a SACK)
+        held_address = Signal(address_layout)
+        m.d.comb += held_address.eq(address[held_qp])
+        timer_out = timer_resp.payload
+        m.d.comb += [
+            timer_resp.valid.eq(held),
+            timer_out.opcode.eq(Mux(held_sack, Opcode.SACK, Opcode.ACK)),
+            timer_out.ev.eq(held_part.ev),
+            timer_out.seth.eq(held_part.seth),
+            timer_out.cc.eq(held_part.cc),
+            timer_out.aeth.eq(held_aeth),
+        ] + [getattr(timer_out, f).eq(getattr(held_address, f)) for f in address_fields]
         with m.If(timer_resp.ready):
             m.d.sync += held.eq(0)
         free = ~held | timer_resp.ready
 
+        def hold_ack(q, ev, syndrome, msn):
+            m.d.sync += [held.eq(1), held_qp.eq(q), held_sack.eq(0), held_part.eq(0), held_part.ev.eq(ev)]
+            m.d.sync += [held_aeth.eq(0), held_aeth.syndrome.eq(syndrome), held_aeth.msn.eq(msn)]
+
+        def hold_sack(q):
+            m.d.sync += [held.eq(1), held_qp.eq(q), held_sack.eq(1), held_part.eq(sack_record[q])]
+            m.d.sync += held_aeth.eq(0)
+
         ack_head = acks.payload
         aq = ack_head.qp
-        nak_resp = Signal(self._response)
-        m.d.comb += [
-            nak_resp.eq(address[aq]),
-            nak_resp.ev.eq(ack_head.tag[:32]),
-            nak_resp.opcode.eq(Opcode.ACK),
-            nak_resp.aeth.syndrome.eq(ack_head.syndrome),
-            nak_resp.aeth.msn.eq(ack_head.msn),
-        ]
-        paced_resp = Signal(self._response)
-        m.d.comb += [
-            paced_resp.eq(address[scan]),
-            paced_resp.ev.eq(pending_ev[scan]),
-            paced_resp.opcode.eq(Opcode.ACK),
-            paced_resp.aeth.syndrome.eq(Syndrome.ACK),
-            paced_resp.aeth.msn.eq(ack_msn[scan]),
-        ]
         # ``level`` counts a record from the cycle it is written (``r_rdy`` only once it reaches the read
         # port), so there is no gap in which a walk's last record is invisible.
         m.d.comb += walking.eq(~comp.idle | comp.ack.valid | (ack_fence.level != 0))
         ack_due_head = ~ack_sent[aq] | elapsed(ack_at[aq], self.ack_interval_cycles)
-        flush_resp = Signal(self._response)
-        m.d.comb += [
-            flush_resp.eq(address[aq]),
-            flush_resp.ev.eq(pending_ev[aq]),
-            flush_resp.opcode.eq(Opcode.ACK),
-            flush_resp.aeth.syndrome.eq(Syndrome.ACK),
-            flush_resp.aeth.msn.eq(ack_msn[aq]),
-        ]
         # ACK records only update the QP's pending AETH, so one walk that completes several messages
         # yields one ACK (AETH.msn advanced once, §7.4); a record of a later walk (another tag) first
         # sends the pending one. The scan sends a pending ACK once no record is on its way (tracker idle,
@@ -511,13 +520,15 @@ class ReceiveEngine(wiring.Component):
             with m.If(ack_head.syndrome != Syndrome.ACK):
                 with m.If(free):
                     m.d.comb += acks.ready.eq(1)
-                    m.d.sync += [held.eq(1), held_resp.eq(nak_resp), ack_pending[aq].eq(0)]
+                    hold_ack(aq, ack_head.tag[:32], ack_head.syndrome, ack_head.msn)
+                    m.d.sync += ack_pending[aq].eq(0)
                     m.d.sync += [ack_sent[aq].eq(1), ack_at[aq].eq(now)]
             with m.Elif(ack_pending[aq] & (pending_tag[aq] != ack_head.tag[32:]) & ack_due_head):
                 # a later walk: the pending ACK of the earlier one goes first (one ACK per advance)
                 with m.If(free):
                     m.d.comb += acks.ready.eq(1)
-                    m.d.sync += [held.eq(1), held_resp.eq(flush_resp), ack_sent[aq].eq(1), ack_at[aq].eq(now)]
+                    hold_ack(aq, pending_ev[aq], Syndrome.ACK, ack_msn[aq])
+                    m.d.sync += [ack_sent[aq].eq(1), ack_at[aq].eq(now)]
                     m.d.sync += [ack_msn[aq].eq(ack_head.msn), pending_ev[aq].eq(ack_head.tag[:32])]
                     m.d.sync += pending_tag[aq].eq(ack_head.tag[32:])
             with m.Else():
@@ -527,10 +538,11 @@ class ReceiveEngine(wiring.Component):
         with m.Elif(free):
             ack_due = ~ack_sent[scan] | elapsed(ack_at[scan], self.ack_interval_cycles)
             with m.If(ack_pending[scan] & ack_due & ~walking):
-                m.d.sync += [held.eq(1), held_resp.eq(paced_resp), ack_pending[scan].eq(0)]
+                hold_ack(scan, pending_ev[scan], Syndrome.ACK, ack_msn[scan])
+                m.d.sync += ack_pending[scan].eq(0)
                 m.d.sync += [ack_sent[scan].eq(1), ack_at[scan].eq(now)]
             with m.Elif(sack_pending[scan] & elapsed(sack_since[scan], self.ack_gen_cycles)):
-                m.d.sync += [held.eq(1), held_resp.eq(sack_record[scan])]
+                hold_sack(scan)
                 m.d.sync += [sack_pending[scan].eq(0), unsacked[scan].eq(0)]
 
         # A connect resets the engine's state of the QP (after the pacer, so it wins).

@@ -45,14 +45,13 @@ State. One ``lib.memory.Memory`` of Q entries ``{bitmap, cack, max_rcvd, ooo, by
 synchronous read port (transparent to the write port) and one write port. A QP that was never
 configured behaves as one configured with ``initial_psn = 1`` (the table resets to zero).
 
-Bitmap scheme. The W-bit vector is indexed by PSN mod W: the window ``(cack, cack + W]`` covers W
-consecutive PSNs, so each has its own bit. Invariant: a bit is set iff its PSN is in the window and was
-received. When cack advances from c to c + n, the PSNs c+1..c+n leave the window and c+W+1..c+W+n enter
-it on the same indices; the leaving PSNs were all received (set), so clearing exactly those n bits keeps
-the invariant. In hardware the vector is rotated so that bit j is PSN cack + 1 + j; the arrival sets bit
-d - 1; n = the number of trailing ones (the index of the lowest zero, from ``~r & (r + 1)``); the
-trailing ones are cleared with ``r & (r + 1)`` and the result rotated back by the old cack. The
-ooo_count becomes ``ooo + 1 - n`` without a population count.
+Bitmap scheme. The W-bit vector is stored relative to cack: bit j is PSN cack + 1 + j, so the window
+``(cack, cack + W]`` is exactly the vector. Invariant: a bit is set iff its PSN was received. The arrival
+sets bit d - 1; when cack advances by n (the number of trailing ones, the index of the lowest zero from
+``~r & (r + 1)``), the vector shifts right by n: the received run leaves and n empty bits for the PSNs
+that enter the window come in at the top. One shifter per arrival (the same shift also gives the SACK
+fields their vector), no rotation on read or write. The ooo_count becomes ``ooo + 1 - n`` without a
+population count.
 
 Timing. One operation at a time (no overlapping read-modify-writes, so no forwarding): an arrival takes
 5 cycles (accept + read, classify, update + write, SACK fields, verdict transfer) plus verdict
@@ -172,11 +171,11 @@ class SackTracker(wiring.Component):
         # stage 1 -> 2 registers (classification)
         kind = Signal(Verdict)
         old = Signal(ent)
-        r_set = Signal(W)  # rotated bitmap (bit j <-> PSN old.cack + 1 + j), arrival's bit set if NEW
+        r_set = Signal(W)  # bitmap (bit j <-> PSN old.cack + 1 + j), the arrival's bit set if NEW
         d = Signal(PSN_BITS)
         # stage 2 -> 3 registers (new state)
         cack = Signal(PSN_BITS)
-        r_new = Signal(W)  # rotated to the new cack
+        r_new = Signal(W)  # relative to the new cack
         ooo = Signal(wb)
         nbytes = Signal(32)
         opened_hole = Signal()
@@ -206,8 +205,7 @@ class SackTracker(wiring.Component):
                 psn = Mux(probe, e.cack + 1, op.psn)[:PSN_BITS]
                 m.d.sync += op.psn.eq(psn)  # a probe stands for cack + 1 from here on
                 dd = (psn - e.cack)[:PSN_BITS]
-                start = (e.cack + 1)[:wb]
-                r = (Cat(e.bitmap, e.bitmap) >> start)[:W]
+                r = e.bitmap
                 in_window = (dd >= 1) & (dd <= W)
                 seen = (r >> (dd - 1)[:wb])[0]
                 m.d.comb += rd.addr.eq(op.qp)  # hold the read
@@ -231,14 +229,13 @@ class SackTracker(wiring.Component):
                 for k in range(wb + 1):
                     select = Const(sum(1 << i for i in range(W + 1) if i >> k & 1), W + 1)
                     m.d.comb += n[k].eq((lowest_zero & select).any())
-                r_clr = (r_set & inc)[:W]  # trailing ones cleared
-                start = (old.cack + 1)[:wb]
-                back = (Cat(r_clr, r_clr) >> (W - start)[: wb + 1])[:W]  # rotate left by start
+                shifted = Signal(W)  # relative to the new cack
+                m.d.comb += shifted.eq(r_set >> n)
                 new = Signal(ent)
                 is_new = (kind == Verdict.NEW) & (op.mode == ArrivalMode.MARK)
                 ahead = (op.psn - old.max_rcvd)[:PSN_BITS]
                 m.d.comb += [
-                    new.bitmap.eq(back),
+                    new.bitmap.eq(shifted),
                     new.cack.eq(old.cack + n),
                     new.max_rcvd.eq(Mux((ahead >= 1) & (ahead < HALF), op.psn, old.max_rcvd)),
                     new.ooo.eq(old.ooo + 1 - n),
@@ -250,7 +247,7 @@ class SackTracker(wiring.Component):
                 with m.If(is_new):
                     m.d.sync += [
                         cack.eq(new.cack),
-                        r_new.eq(r_set >> n),
+                        r_new.eq(shifted),
                         ooo.eq(new.ooo),
                         nbytes.eq(new.bytes),
                         opened_hole.eq((ahead >= 2) & (ahead < HALF)),
