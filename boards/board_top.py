@@ -32,7 +32,8 @@ ETH_HZ = 125e6
 class BoardSpec:
     """One supported board: its amaranth-boards platform, planes (RGMII ports used), core clock, host
     memory, largest frame, the LEDs it has (``"led"``: plain LEDs, ``"rgb_led"``: RGB LEDs whose green
-    part is used, None: none free) and the openFPGALoader arguments that program it over JTAG (SRAM)."""
+    part is used, None: none free), the openFPGALoader arguments that program it over JTAG (SRAM) and the
+    nextpnr seed whose build is the documented one."""
 
     platform: type
     planes: int
@@ -42,6 +43,7 @@ class BoardSpec:
     leds: str | None
     program: str
     nic: dict = field(default_factory=dict)
+    seed: int = 1  # nextpnr's placement seed of the documented build (docs/boards.md)
 
 
 BOARDS = {
@@ -66,7 +68,7 @@ BOARDS = {
     ),
     "ecpix5": BoardSpec(
         # One plane: a 31.25 MHz core moves 2 Gb/s (8 bytes a beat), twice the line rate. The whole NIC
-        # does not meet 62.5 MHz yet (nextpnr estimates 38 MHz after placement; docs/boards.md).
+        # does not meet 62.5 MHz yet (49.5 MHz after routing, docs/boards.md).
         platform=ECPIX585Platform,
         planes=1,
         core_hz=31.25e6,
@@ -74,6 +76,7 @@ BOARDS = {
         max_frame=9216,
         leds="rgb_led",
         program="openFPGALoader -b ecpix5",
+        seed=2,  # seed 1 left the MAC transmit clock at 121 MHz (2026-12-03)
     ),
 }
 

@@ -87,7 +87,7 @@ def build_board(
     board: str,
     build_root: Path,
     *,
-    seed: int = 1,
+    seed: int | None = None,
     allow_timing_fail: bool = False,
     router: str = "router2",
     placer: str = "static",
@@ -96,6 +96,7 @@ def build_board(
     apply_tool_environment()
     os.environ.setdefault("OPENFPGALOADER", "true")  # amaranth-boards names it; nothing is programmed
     spec = BOARDS[board]
+    seed = spec.seed if seed is None else seed
     top = BoardTop(board)
     platform = spec.platform()
     build_dir = build_root / board
@@ -201,7 +202,9 @@ def main(argv=None) -> None:
     )
     parser.add_argument("board", choices=sorted(BOARDS))
     parser.add_argument("--build-dir", type=Path, default=Path("build/boards"))
-    parser.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="nextpnr placement seed (default: the board's documented one)"
+    )
     parser.add_argument(
         "--allow-timing-fail", action="store_true", help="keep a bitstream that misses timing"
     )
