@@ -4,6 +4,7 @@
 #   make lint     ruff
 #   make verilog  generated Verilog of the top-level designs under build/verilog/
 #   make bitstream BOARD=versa_ecp5|colorlight_5a75b|ecpix5   ECP5 bitstream + build/boards/<board>/report.json
+#   make blocks BOARD=<board>   where the board's logic goes, per block (synthesis only)
 #   make clean    remove build outputs (keeps .venv); `make distclean` removes .venv too
 
 PYTHON ?= python3
@@ -16,7 +17,7 @@ PYTEST_ARGS ?=
 # The venv's bin first: Verilator's makefiles call `python`, and the console scripts live there.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: all venv test test-slow lint verilog bitstream demo demo-model bench bench-tx bench-rx bench-host clean distclean
+.PHONY: all venv test test-slow lint verilog bitstream blocks demo demo-model bench bench-tx bench-rx bench-host clean distclean
 
 all: test
 
@@ -73,6 +74,10 @@ verilog: $(STAMP)
 BOARD ?= versa_ecp5
 bitstream: $(STAMP)
 	$(VPY) -m mrcnic.boards.build $(BOARD)
+
+# Per-block LUT4 / carry / FF / LUT-RAM use of a board's synthesised design (Yosys only, ~5 min).
+blocks: $(STAMP)
+	$(VPY) -m mrcnic.boards.blocks $(BOARD)
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache

