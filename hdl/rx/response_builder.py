@@ -45,8 +45,8 @@ is then built combinationally and registered (in SRv6 byte order; single mode le
 out), and the emitter picks W bytes per beat by beat index: a multiplexer per output bit instead of a
 shift register, whose load-or-shift choice cost a LUT per header bit. The next header loads in the
 cycle the previous one's last beat leaves, so the emitter has no gaps, and the next record is taken in
-that same cycle. An ``IcrcInserter`` appends the ICRC (skip 54 in SRv6 mode,
-14 in single mode; it may add one beat), and a FIFO of ``plane_fifo_depth`` entries carries each
+that same cycle. An ``IcrcInserter`` appends the ICRC (skip 54 in SRv6 mode, 14 in single mode; it may
+add one beat), and a FIFO of ``plane_fifo_depth`` entries carries each
 frame's plane from header load to the frame's last output beat (enough frames in flight to cover the
 inserter's latency with 3-beat frames at W = 32). Measured with records back to back and the output
 always ready: after the first frame (whose tail waits once for the ICRC engine), 0 idle cycles
