@@ -154,7 +154,8 @@ async def reordering_from_path_delay_skew(dut):
     below the time rule's tolerance. Where the paths converge the last hop can overflow its trim
     threshold: trimmed packets are NACKed and retransmitted. The time rule may fire for at most a couple
     of packets (seed 1472103877: 1 of 256, a packet that had arrived, as the reference model's time rule
-    also decides: the scoreboards agree); everything else retransmitted is a last-hop trim."""
+    also decides: the scoreboards agree); everything else retransmitted is a last-hop trim. A packet can be
+    both trimmed and timed out; it is retransmitted once."""
 
     def skew(bench):
         for key, ports in bench.fabric.links.items():
@@ -168,7 +169,11 @@ async def reordering_from_path_delay_skew(dut):
     assert r.data_verified and reordered > 10
     time_rule = r.counters["tracker_lost_time_rule"]
     assert time_rule <= 2, f"{time_rule} packets declared lost by the time rule under a 4 us skew"
-    assert r.retx_frames == r.peer_counters["rx_trimmed_lasthop"] + time_rule
+    # The time rule and a trim NACK can name the same packet (a trimmed packet whose NACK is slower than
+    # the time rule, seed 1383503566): the tracker retransmits it once, so the two sets may overlap.
+    trimmed = r.peer_counters.get("rx_trimmed_lasthop", 0)
+    assert r.ack_request_frames == 0
+    assert max(trimmed, time_rule) <= r.retx_frames <= trimmed + time_rule
     assert r.peer_counters["rx_duplicate"] <= time_rule  # only a spurious time-rule loss arrives twice
     _selective(r, "reordering")
 
