@@ -5,6 +5,7 @@
 #   make verilog  generated Verilog of the top-level designs under build/verilog/
 #   make bitstream BOARD=versa_ecp5|colorlight_5a75b|ecpix5   ECP5 bitstream + build/boards/<board>/report.json
 #   make blocks BOARD=<board>   where the board's logic goes, per block (synthesis only)
+#     (both: NIC="qps=1 ev_slots=4" overrides the board's NIC parameters)
 #   make clean    remove build outputs (keeps .venv); `make distclean` removes .venv too
 
 PYTHON ?= python3
@@ -73,11 +74,11 @@ verilog: $(STAMP)
 # YoWASP Yosys + nextpnr-ecp5 + ecppack; fails when the design does not fit or a clock misses its target.
 BOARD ?= versa_ecp5
 bitstream: $(STAMP)
-	$(VPY) -m mrcnic.boards.build $(BOARD)
+	$(VPY) -m mrcnic.boards.build $(BOARD) $(if $(NIC),--nic $(NIC))
 
 # Per-block LUT4 / carry / FF / LUT-RAM use of a board's synthesised design (Yosys only, ~5 min).
 blocks: $(STAMP)
-	$(VPY) -m mrcnic.boards.blocks $(BOARD)
+	$(VPY) -m mrcnic.boards.blocks $(BOARD) $(if $(NIC),--nic $(NIC))
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from mrcnic.toolchain import apply_tool_environment
 
-from .board_top import BOARDS, BoardTop
+from .board_top import BOARDS, BoardTop, parse_nic_overrides
 from .build import SYNTH_OPTS, _after_synth
 
 __all__ = ["CELL_OUTPUTS", "attribute", "input_ports", "logic_cells", "main", "synthesise"]
@@ -151,14 +151,15 @@ def attribute(
     return dict(blocks)
 
 
-def synthesise(board: str, work_dir: Path) -> Path:
-    """The board top through the bitstream build's Yosys script; returns the flattened JSON netlist
-    (``hierarchy.json`` next to it is the design before flattening, for :func:`input_ports`)."""
+def synthesise(board: str, work_dir: Path, nic: dict | None = None) -> Path:
+    """The board top (``nic``: NIC parameter overrides) through the bitstream build's Yosys script;
+    returns the flattened JSON netlist (``hierarchy.json`` next to it is the design before flattening,
+    for :func:`input_ports`)."""
     apply_tool_environment()
     spec = BOARDS[board]
     platform = spec.platform()
     name = f"mrcnic_{board}"
-    plan = platform.prepare(BoardTop(board), name=name)
+    plan = platform.prepare(BoardTop(board, nic=nic), name=name)
     work_dir.mkdir(parents=True, exist_ok=True)
     (work_dir / f"{name}.il").write_text(plan.files[f"{name}.il"])
     (work_dir / "blocks.ys").write_text(
@@ -200,8 +201,15 @@ def main(argv=None) -> None:
         "--netlist", type=Path, help="read this Yosys JSON netlist (and hierarchy.json beside it) instead"
     )
     parser.add_argument("--build-dir", type=Path, default=Path("build/boards"))
+    parser.add_argument(
+        "--nic", nargs="*", metavar="KEY=VALUE", help="NIC parameter overrides: window=32 ..."
+    )
     args = parser.parse_args(argv)
-    path = args.netlist or synthesise(args.board, args.build_dir / args.board / "blocks")
+    try:
+        nic = parse_nic_overrides(args.nic)
+    except ValueError as exc:
+        parser.error(str(exc))
+    path = args.netlist or synthesise(args.board, args.build_dir / args.board / "blocks", nic)
     netlist = json.loads(path.read_text())
     top = f"mrcnic_{args.board}"
     hierarchy = path.parent / "hierarchy.json"

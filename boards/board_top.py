@@ -23,7 +23,7 @@ from mrcnic.hdl.eth.rgmii import request_rgmii
 from .ecp5_pll import Ecp5Pll
 from .nic_board import NicBoard
 
-__all__ = ["BOARDS", "BoardSpec", "BoardTop"]
+__all__ = ["BOARDS", "BoardSpec", "BoardTop", "parse_nic_overrides"]
 
 ETH_HZ = 125e6
 
@@ -52,7 +52,8 @@ BOARDS = {
         planes=2,
         core_hz=62.5e6,
         memory_size=1 << 16,
-        max_frame=9216,
+        # The NIC's largest frame (PMTU 4096, docs/ethernet.md): 8 KiB rings, 16 block RAMs fewer than 9216.
+        max_frame=4242,
         leds="led",
         program="openFPGALoader -b ecp5_evn",
     ),
@@ -79,6 +80,23 @@ BOARDS = {
         seed=2,  # seed 1 left the MAC transmit clock at 121 MHz (2026-12-03)
     ),
 }
+
+
+def parse_nic_overrides(items: list[str] | None) -> dict:
+    """``["window=32", "ev_slots=4"]`` -> ``{"window": 32, "ev_slots": 4}`` (the tools' ``--nic`` option);
+    only keys of :data:`~mrcnic.boards.nic_board.BOARD_NIC`, integer values."""
+    from .nic_board import BOARD_NIC
+
+    overrides = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or key not in BOARD_NIC or key in ("planes", "clock_hz"):
+            raise ValueError(f"--nic {item!r}: expected KEY=INTEGER with KEY one of {', '.join(BOARD_NIC)}")
+        try:
+            overrides[key] = int(value, 0)
+        except ValueError:
+            raise ValueError(f"--nic {item!r}: {value!r} is not an integer") from None
+    return overrides
 
 
 class BoardTop(Elaboratable):

@@ -28,7 +28,7 @@ from pathlib import Path
 from mrcnic.hdl.host.host_memory import YOSYS_UNDEFINED_COLLISIONS
 from mrcnic.toolchain import apply_tool_environment
 
-from .board_top import BOARDS, ETH_HZ, BoardTop
+from .board_top import BOARDS, ETH_HZ, BoardTop, parse_nic_overrides
 from .nic_board import BOARD_NIC
 
 __all__ = ["build_board", "clock_domain", "main"]
@@ -91,13 +91,14 @@ def build_board(
     allow_timing_fail: bool = False,
     router: str = "router2",
     placer: str = "static",
+    nic: dict | None = None,
 ) -> dict:
     """Build ``board``; returns the report (also written as report.json). Raises SystemExit(1) on failure."""
     apply_tool_environment()
     os.environ.setdefault("OPENFPGALOADER", "true")  # amaranth-boards names it; nothing is programmed
     spec = BOARDS[board]
     seed = spec.seed if seed is None else seed
-    top = BoardTop(board)
+    top = BoardTop(board, nic=nic)
     platform = spec.platform()
     build_dir = build_root / board
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -214,7 +215,14 @@ def main(argv=None) -> None:
     # nextpnr's analytic "static" placer left the ECPIX-5 design 21 % less wire than "heap", its default
     # (docs/boards.md, "ECPIX-5").
     parser.add_argument("--placer", choices=("static", "heap"), default="static", help="nextpnr's placer")
+    parser.add_argument(
+        "--nic", nargs="*", metavar="KEY=VALUE", help="NIC parameter overrides, e.g. window=32 (report.json)"
+    )
     args = parser.parse_args(argv)
+    try:
+        nic = parse_nic_overrides(args.nic)
+    except ValueError as exc:
+        parser.error(str(exc))
     build_board(
         args.board,
         args.build_dir,
@@ -222,6 +230,7 @@ def main(argv=None) -> None:
         allow_timing_fail=args.allow_timing_fail,
         router=args.router,
         placer=args.placer,
+        nic=nic,
     )
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from mrcnic.boards.board_top import BOARDS, ETH_HZ, BoardTop
+from mrcnic.boards.board_top import BOARDS, ETH_HZ, BoardTop, parse_nic_overrides
 from mrcnic.boards.build import _log_utilisation, build_board, clock_domain
 from mrcnic.boards.ecp5_pll import VCO_HZ, pll_dividers
 from mrcnic.toolchain import apply_tool_environment
@@ -63,6 +63,16 @@ def test_utilisation_is_read_from_the_log_when_placement_fails(tmp_path):
 def test_unknown_board_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown board 'icebreaker'"):
         BoardTop("icebreaker")
+
+
+def test_nic_overrides_reach_the_board_top():
+    assert parse_nic_overrides(["window=128", "ev_slots=0x4"]) == {"window": 128, "ev_slots": 4}
+    assert parse_nic_overrides(None) == {}
+    top = BoardTop("versa_ecp5", nic=parse_nic_overrides(["qps=1"]))
+    assert top.nic_params["qps"] == 1
+    for bad, message in (("planes=1", "KEY one of"), ("qps", "KEY=INTEGER"), ("qps=two", "not an integer")):
+        with pytest.raises(ValueError, match=message):
+            parse_nic_overrides([bad])
 
 
 @pytest.mark.slow
