@@ -40,16 +40,16 @@ that EV, inner SA/DA = ``own_gid`` / ``peer_gid``. Single mode: SA/DA = ``own_gi
 Ethernet src/dst = ``port_mac[plane]`` / ``next_hop_mac[plane]``. ``port_up`` is sampled when the
 record is taken.
 
-Timing. A record is taken into a one-entry stage while its template is read (one cycle); the header
-is then built combinationally and registered (in SRv6 byte order; single mode leaves the outer header
-out), and the emitter picks W bytes per beat by beat index: a multiplexer per output bit instead of a
-shift register, whose load-or-shift choice cost a LUT per header bit. The next header loads in the
-cycle the previous one's last beat leaves, so the emitter has no gaps, and the next record is taken in
-that same cycle. An ``IcrcInserter`` appends the ICRC (skip 54 in SRv6 mode, 14 in single mode; it may
-add one beat), and a FIFO of ``plane_fifo_depth`` entries carries each
-frame's plane from header load to the frame's last output beat (enough frames in flight to cover the
-inserter's latency with 3-beat frames at W = 32). Measured with records back to back and the output
-always ready: after the first frame (whose tail waits once for the ICRC engine), 0 idle cycles
+Timing. A record is taken into a one-entry stage while its template is read (one cycle); the header is
+then built combinationally and loaded into a shift register that emits W bytes per beat. (Picking each
+beat from a registered header by beat index takes about 500 LUT4s fewer, but its multiplexer (1,216 bits
+into 64) left the ECPIX-5 unroutable: router2 stalled at a few hundred overused wires with two seeds; the
+shifter's wires are local.) The next header loads in the cycle the previous one's last beat leaves, so the
+emitter has no gaps, and the next record is taken in that same cycle. An ``IcrcInserter`` appends the ICRC
+(skip 54 in SRv6 mode, 14 in single mode; it may add one beat), and a FIFO of ``plane_fifo_depth`` entries
+carries each frame's plane from header load to the frame's last output beat (enough frames in flight to
+cover the inserter's latency with 3-beat frames at W = 32). Measured with records back to back and the
+output always ready: after the first frame (whose tail waits once for the ICRC engine), 0 idle cycles
 between frames at W = 8 and W = 32, both modes (``test_back_to_back_frames_have_few_idle_cycles``).
 """
 
@@ -285,40 +285,29 @@ class ResponseBuilder(wiring.Component):
         with m.Else():
             m.d.comb += ext.eq(hdr.to_wire(aeth))
         after_ip = Cat(hdr.to_wire(udp), hdr.to_wire(bth), ext)
+        srv6_bytes = Cat(hdr.to_wire(eth), hdr.to_wire(outer), hdr.to_wire(inner), after_ip)
+        single_bytes = Cat(hdr.to_wire(eth), hdr.to_wire(inner), after_ip)
         frame_length = Mux(cfg.srv6, 14 + 80 + 20, 14 + 40 + 20) + ext_len
 
-        # -- 4. emit: the header is registered once per frame, in its SRv6 byte order, and each beat is
-        # picked from those registers by its index (single mode reads the same registers without the
-        # outer header). Every beat is full but the last.
-        header = Signal(8 * MAX_FRAME_BYTES)  # SRv6 order; single mode skips bytes 14..53
-        header_srv6 = Signal()
-        m.d.comb += header.eq(Cat(hdr.to_wire(eth), hdr.to_wire(outer), hdr.to_wire(inner), after_ip))
-        emitted = Signal(8 * MAX_FRAME_BYTES)
-        srv6_beats = [emitted.word_select(k, 8 * w) for k in range(-(-MAX_FRAME_BYTES // w))]
-        single = Cat(emitted[: 8 * 14], emitted[8 * 54 :])
-        single_beats = [single.word_select(k, 8 * w) for k in range(-(-(MAX_FRAME_BYTES - 40) // w))]
-        beat = Signal(range(len(srv6_beats)))
+        # -- 4. emit: a shift register of whole beats, W bytes out per beat, every beat full but the last.
+        header_beats = -(-MAX_FRAME_BYTES // w)
+        shifter = Signal(8 * w * header_beats)
         remaining = Signal(range(MAX_FRAME_BYTES + 1))  # bytes still to send; 0 = idle
         m.submodules.icrc = icrc = IcrcInserter(data_width=w)
         beat_out = icrc.i
         last_beat = remaining <= w
-        beat_data = Signal(8 * w)
-        with m.Switch(beat):
-            for k, srv6_word in enumerate(srv6_beats):
-                with m.Case(k):
-                    if k < len(single_beats):
-                        m.d.comb += beat_data.eq(Mux(header_srv6, srv6_word, single_beats[k]))
-                    else:
-                        m.d.comb += beat_data.eq(srv6_word)
         m.d.comb += [
             icrc.skip.eq(Mux(cfg.srv6, 54, 14)),  # the outer IPv6 header is not covered (§8)
             beat_out.valid.eq(remaining != 0),
-            beat_out.payload.data.eq(beat_data),
+            beat_out.payload.data.eq(shifter[: 8 * w]),
             beat_out.payload.keep.eq(Mux(last_beat, (Const(1, w + 1) << remaining) - 1, (1 << w) - 1)),
             beat_out.payload.last.eq(last_beat),
         ]
         with m.If(beat_out.valid & beat_out.ready):
-            m.d.sync += [beat.eq(beat + 1), remaining.eq(Mux(last_beat, 0, remaining - w))]
+            m.d.sync += [
+                shifter.eq(shifter >> (8 * w)),
+                remaining.eq(Mux(last_beat, 0, remaining - w)),
+            ]
 
         # Each frame's plane rides in a FIFO from header load to the frame's last output beat.
         m.submodules.planes = plane_fifo = fifo.SyncFIFO(width=plane_bits, depth=self.plane_fifo_depth)
@@ -328,8 +317,11 @@ class ResponseBuilder(wiring.Component):
             plane_fifo.w_en.eq(load),
             plane_fifo.w_data.eq(plane),
         ]
-        with m.If(load):  # after the advance above: the new frame wins in the cycle the old one ends
-            m.d.sync += [emitted.eq(header), header_srv6.eq(cfg.srv6), beat.eq(0), remaining.eq(frame_length)]
+        with m.If(load):  # after the shift above: the new frame wins in the cycle the old one ends
+            m.d.sync += [
+                shifter.eq(Mux(cfg.srv6, srv6_bytes, single_bytes)),
+                remaining.eq(frame_length),
+            ]
             with m.If(is_sack):
                 m.d.sync += self.stat_sacks.eq(self.stat_sacks + 1)
             with m.Elif(is_nack):
