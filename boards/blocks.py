@@ -34,7 +34,7 @@ from pathlib import Path
 
 from mrcnic.toolchain import apply_tool_environment
 
-from .board_top import BOARDS, BoardTop, parse_nic_overrides
+from .board_top import BOARDS, BoardTop, nic_setting
 from .build import SYNTH_OPTS, _after_synth
 
 __all__ = ["CELL_OUTPUTS", "attribute", "input_ports", "logic_cells", "main", "synthesise"]
@@ -202,13 +202,10 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--build-dir", type=Path, default=Path("build/boards"))
     parser.add_argument(
-        "--nic", nargs="*", metavar="KEY=VALUE", help="NIC parameter overrides: window=32 ..."
+        "--nic", nargs="*", type=nic_setting, default=[], metavar="KEY=VALUE", help="NIC parameter overrides"
     )
     args = parser.parse_args(argv)
-    try:
-        nic = parse_nic_overrides(args.nic)
-    except ValueError as exc:
-        parser.error(str(exc))
+    nic = dict(args.nic)
     path = args.netlist or synthesise(args.board, args.build_dir / args.board / "blocks", nic)
     netlist = json.loads(path.read_text())
     top = f"mrcnic_{args.board}"

@@ -8,6 +8,7 @@ reset pin is driven inactive once (the PHYs come up from their straps: no MDIO m
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, field
 
 from amaranth import ClockDomain, ClockSignal, Elaboratable, Instance, Module, ResetSignal
@@ -21,9 +22,9 @@ from amaranth_boards.versa_ecp5 import VersaECP5Platform
 from mrcnic.hdl.eth.rgmii import request_rgmii
 
 from .ecp5_pll import Ecp5Pll
-from .nic_board import NicBoard
+from .nic_board import BOARD_NIC, NicBoard
 
-__all__ = ["BOARDS", "BoardSpec", "BoardTop", "parse_nic_overrides"]
+__all__ = ["BOARDS", "BoardSpec", "BoardTop", "nic_setting"]
 
 ETH_HZ = 125e6
 
@@ -82,21 +83,18 @@ BOARDS = {
 }
 
 
-def parse_nic_overrides(items: list[str] | None) -> dict:
-    """``["window=32", "ev_slots=4"]`` -> ``{"window": 32, "ev_slots": 4}`` (the tools' ``--nic`` option);
-    only keys of :data:`~mrcnic.boards.nic_board.BOARD_NIC`, integer values."""
-    from .nic_board import BOARD_NIC
-
-    overrides = {}
-    for item in items or ():
-        key, sep, value = item.partition("=")
-        if not sep or key not in BOARD_NIC or key in ("planes", "clock_hz"):
-            raise ValueError(f"--nic {item!r}: expected KEY=INTEGER with KEY one of {', '.join(BOARD_NIC)}")
-        try:
-            overrides[key] = int(value, 0)
-        except ValueError:
-            raise ValueError(f"--nic {item!r}: {value!r} is not an integer") from None
-    return overrides
+def nic_setting(text: str) -> tuple[str, int]:
+    """``"window=128"`` -> ``("window", 128)``: one ``--nic`` item of the board tools (argparse ``type``);
+    the key must be one of :data:`~mrcnic.boards.nic_board.BOARD_NIC`, the value an integer."""
+    key, sep, value = text.partition("=")
+    if not sep or key not in BOARD_NIC:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected KEY=INTEGER with KEY one of {', '.join(BOARD_NIC)}"
+        )
+    try:
+        return key, int(value, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not an integer") from None
 
 
 class BoardTop(Elaboratable):

@@ -28,7 +28,7 @@ from pathlib import Path
 from mrcnic.hdl.host.host_memory import YOSYS_UNDEFINED_COLLISIONS
 from mrcnic.toolchain import apply_tool_environment
 
-from .board_top import BOARDS, ETH_HZ, BoardTop, parse_nic_overrides
+from .board_top import BOARDS, ETH_HZ, BoardTop, nic_setting
 from .nic_board import BOARD_NIC
 
 __all__ = ["build_board", "clock_domain", "main"]
@@ -216,13 +216,10 @@ def main(argv=None) -> None:
     # (docs/boards.md, "ECPIX-5").
     parser.add_argument("--placer", choices=("static", "heap"), default="static", help="nextpnr's placer")
     parser.add_argument(
-        "--nic", nargs="*", metavar="KEY=VALUE", help="NIC parameter overrides, e.g. window=32 (report.json)"
+        "--nic", nargs="*", type=nic_setting, default=[], metavar="KEY=VALUE", help="NIC parameter overrides"
     )
     args = parser.parse_args(argv)
-    try:
-        nic = parse_nic_overrides(args.nic)
-    except ValueError as exc:
-        parser.error(str(exc))
+    nic = dict(args.nic)
     build_board(
         args.board,
         args.build_dir,

@@ -3,11 +3,12 @@ whole bitstream build with its report."""
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
 
-from mrcnic.boards.board_top import BOARDS, ETH_HZ, BoardTop, parse_nic_overrides
+from mrcnic.boards.board_top import BOARDS, ETH_HZ, BoardTop, nic_setting
 from mrcnic.boards.build import _log_utilisation, build_board, clock_domain
 from mrcnic.boards.ecp5_pll import VCO_HZ, pll_dividers
 from mrcnic.toolchain import apply_tool_environment
@@ -66,13 +67,16 @@ def test_unknown_board_is_a_clear_error():
 
 
 def test_nic_overrides_reach_the_board_top():
-    assert parse_nic_overrides(["window=128", "ev_slots=0x4"]) == {"window": 128, "ev_slots": 4}
-    assert parse_nic_overrides(None) == {}
-    top = BoardTop("versa_ecp5", nic=parse_nic_overrides(["qps=1"]))
-    assert top.nic_params["qps"] == 1
+    assert [nic_setting(t) for t in ("window=128", "ev_slots=0x4")] == [("window", 128), ("ev_slots", 4)]
     for bad, message in (("planes=1", "KEY one of"), ("qps", "KEY=INTEGER"), ("qps=two", "not an integer")):
-        with pytest.raises(ValueError, match=message):
-            parse_nic_overrides([bad])
+        with pytest.raises(argparse.ArgumentTypeError, match=message):
+            nic_setting(bad)
+    # The override reaches the NIC the board top instantiates: its capabilities (what the driver reads
+    # from the NIC_ID registers) say one QP, and the other parameters stay the board's.
+    spec = BOARDS["versa_ecp5"]
+    module = BoardTop("versa_ecp5", nic=dict([nic_setting("qps=1")])).elaborate(spec.platform())
+    caps = module.submodules.board.caps
+    assert (caps.qps, caps.planes, caps.ev_slots, caps.data_width) == (1, 2, 8, 8)
 
 
 @pytest.mark.slow
