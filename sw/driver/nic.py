@@ -29,7 +29,7 @@ from ..regmap import (
     cqe_phase,
     nic_register_map,
 )
-from ..regmap.model import Block, RegisterMap
+from ..regmap.model import HEADER_WORDS, Block, Register, RegisterMap
 from ..wire import RouteTemplate
 from ..wire.usid import NO_T1_SLOT
 from .transport import HostMemoryAllocator, Transport
@@ -149,7 +149,7 @@ class Registers:
             if address in seen or len(seen) > 1024:
                 raise DriverError(f"the register block list loops at {address:#x}")
             seen.add(address)
-            type_word = await t.read32(address)
+            type_word, _, nxt, info = await t.read_block(address, HEADER_WORDS)
             if type_word >> 16 != TYPE_PREFIX:
                 raise DriverError(
                     f"no MRC register block at {address:#x} (type word {type_word:#010x}): "
@@ -159,10 +159,8 @@ class Registers:
                 kind = BlockType(type_word & 0xFFFF)
             except ValueError:
                 kind = None  # a block this driver does not know: skip it
-            info = await t.read32(address + 12)
             if kind is not None:
                 found.append((kind, info, address))
-            nxt = await t.read32(address + 8)
             if nxt == 0:
                 break
             address = nxt
@@ -171,22 +169,23 @@ class Registers:
         if ident is None:
             raise DriverError("the device has no NIC_ID block of layout version 1")
         default = nic_register_map(Capabilities())["nic_id"]
-
-        async def ident_reg(name):
-            return await t.read32(ident + default.offsets[name])
-
-        if await ident_reg("MAGIC") != MAGIC:
+        names = ("MAGIC", "DATA_WIDTH", "PLANES", "QPS", "EV_SLOTS", "BACKUPS", "WINDOW", "MRS")
+        names += ("DESTINATIONS", "CLOCK_HZ")
+        first = min(default.offsets[n] for n in names)
+        words = await t.read_block(ident + first, (max(default.offsets[n] for n in names) - first) // 4 + 1)
+        ident_reg = {n: words[(default.offsets[n] - first) // 4] for n in names}
+        if ident_reg["MAGIC"] != MAGIC:
             raise DriverError("NIC_ID block without the MRCN magic")
         caps = Capabilities(
-            data_width=await ident_reg("DATA_WIDTH"),
-            planes=await ident_reg("PLANES"),
-            qps=await ident_reg("QPS"),
-            ev_slots=await ident_reg("EV_SLOTS"),
-            backups=await ident_reg("BACKUPS"),
-            window=await ident_reg("WINDOW"),
-            mrs=await ident_reg("MRS"),
-            destinations=await ident_reg("DESTINATIONS"),
-            clock_hz=await ident_reg("CLOCK_HZ"),
+            data_width=ident_reg["DATA_WIDTH"],
+            planes=ident_reg["PLANES"],
+            qps=ident_reg["QPS"],
+            ev_slots=ident_reg["EV_SLOTS"],
+            backups=ident_reg["BACKUPS"],
+            window=ident_reg["WINDOW"],
+            mrs=ident_reg["MRS"],
+            destinations=ident_reg["DESTINATIONS"],
+            clock_hz=ident_reg["CLOCK_HZ"],
             host_queues=(BlockType.COMPLETION_QUEUE, 0) in self.bases,
         )
         self.map = nic_register_map(caps)
@@ -202,20 +201,47 @@ class Registers:
     async def read(self, block_name: str, reg: str) -> int:
         block, base = self.block(block_name)
         r = block.register(reg)
-        address = base + block.offsets[reg]
-        value = 0
-        for w in range(r.words):
-            value |= await self.t.read32(address + 4 * w) << (32 * w)
-        return value
+        words = await self.t.read_block(base + block.offsets[reg], r.words)
+        return sum(word << (32 * w) for w, word in enumerate(words))
 
     async def write(self, block_name: str, reg: str, value: int) -> None:
+        await self.write_many(block_name, {reg: value})
+
+    def _runs(self, block_name: str, names) -> list[tuple[int, list[Register]]]:
+        """The registers ``names`` of a block as runs of consecutive addresses: ``(address, registers)``,
+        in address order, so each run is one block transfer."""
         block, base = self.block(block_name)
-        r = block.register(reg)
-        if value < 0 or value >> r.width:
-            raise InvalidParameter(f"{block_name}.{reg}: {value:#x} does not fit its {r.width} bits")
-        address = base + block.offsets[reg]
-        for w in range(r.words):
-            await self.t.write32(address + 4 * w, (value >> (32 * w)) & 0xFFFFFFFF)
+        runs: list[tuple[int, list[Register]]] = []
+        end = None
+        for r in sorted((block.register(n) for n in names), key=lambda r: block.offsets[r.name]):
+            address = base + block.offsets[r.name]
+            if address != end:
+                runs.append((address, []))
+            runs[-1][1].append(r)
+            end = address + 4 * r.words
+        return runs
+
+    async def write_many(self, block_name: str, values: dict[str, int]) -> None:
+        """Write several registers of a block, consecutive ones in one transfer each (address order)."""
+        runs = self._runs(block_name, values)
+        for r in (r for _, regs in runs for r in regs):  # every value checked before anything is written
+            if values[r.name] < 0 or values[r.name] >> r.width:
+                raise InvalidParameter(
+                    f"{block_name}.{r.name}: {values[r.name]:#x} does not fit its {r.width} bits"
+                )
+        for address, regs in runs:
+            words = [(values[r.name] >> (32 * w)) & 0xFFFFFFFF for r in regs for w in range(r.words)]
+            await self.t.write_block(address, words)
+
+    async def read_many(self, block_name: str, names) -> dict[str, int]:
+        """Read several registers of a block, consecutive ones in one transfer each."""
+        values = {}
+        for address, regs in self._runs(block_name, names):
+            words = await self.t.read_block(address, sum(r.words for r in regs))
+            for r in regs:
+                values[r.name] = sum(word << (32 * w) for w, word in enumerate(words[: r.words]))
+                words = words[r.words :]
+        return values
 
     async def push(self, table: str, fields: dict[str, int]) -> None:
         """Stage a record in a TABLE block and push it (the device holds our writes while it is busy)."""
@@ -223,9 +249,8 @@ class Registers:
         names = {r.name for r in block.registers} - {"STATUS", "COMMAND"}
         if set(fields) != names:
             raise DriverError(f"table {table}: fields {sorted(fields)} but the block has {sorted(names)}")
-        for name, value in fields.items():
-            await self.write(table, name, value)
-        await self.write(table, "COMMAND", 1)
+        await self.write_many(table, fields)
+        await self.write(table, "COMMAND", 1)  # after every field: it takes the staged record
 
     async def read_back(self, table: str, keys: dict[str, int], polls: int = 1000) -> dict[str, int]:
         """Read one entry of a TABLE block that can be read back (STATUS[1]): stage the key fields, write 2
@@ -234,15 +259,14 @@ class Registers:
         names = {r.name for r in block.registers} - {"STATUS", "COMMAND"}
         if not set(keys) < names:
             raise DriverError(f"table {table}: keys {sorted(keys)} are not some of {sorted(names)}")
-        for name, value in keys.items():
-            await self.write(table, name, value)
+        await self.write_many(table, keys)
         await self.write(table, "COMMAND", 2)
         for _ in range(polls):
             if not (await self.read(table, "STATUS")) & 1:
                 break
         else:
             raise DriverError(f"table {table}: no answer to a read-back after {polls} polls")
-        return {name: await self.read(table, name) for name in sorted(names - set(keys))}
+        return dict(sorted((await self.read_many(table, names - set(keys))).items()))
 
 
 class Qp:
@@ -445,23 +469,25 @@ class Nic:
     async def queue_state(self, qp: int) -> dict[str, int]:
         """The queue registers of QP ``qp`` (producer and consumer indices, status)."""
         block, _ = self.regs.block(f"qp{qp}_queues")
-        return {
-            r.name.lower(): await self.regs.read(block.name, r.name) for r in block.registers if r.width <= 32
-        }
+        names = [r.name for r in block.registers if r.width <= 32]
+        values = await self.regs.read_many(block.name, names)
+        return {name.lower(): values[name] for name in names}
 
     async def counters(self) -> dict[str, int]:
         block, _ = self.regs.block("counters")
-        return {r.name.lower(): await self.regs.read("counters", r.name) for r in block.registers}
+        values = await self.regs.read_many("counters", [r.name for r in block.registers])
+        return {r.name.lower(): values[r.name] for r in block.registers}
 
     async def port_counters(self) -> list[dict[str, int]]:
         """Per plane port: frames and bytes received and transmitted (mod 2^32), and the Ethernet MAC's
         drop counters (``mac_rx_bad_fcs``, ...; 0 without a MAC)."""
         macs = (f"MAC_{n.upper()}" for n in MAC_COUNTERS)
         names = ("RX_FRAMES", "RX_BYTES", "TX_FRAMES", "TX_BYTES", *macs)
-        return [
-            {name.lower(): await self.regs.read(f"port{p}", name) for name in names}
-            for p in range(self.caps.planes)
-        ]
+        out = []
+        for p in range(self.caps.planes):
+            values = await self.regs.read_many(f"port{p}", names)
+            out.append({name.lower(): values[name] for name in names})
+        return out
 
     # -- configuration ----------------------------------------------------------------------------
     async def set_addresses(
@@ -469,13 +495,16 @@ class Nic:
     ) -> None:
         await self.regs.write("transport", "OWN_GID", gid)
         for p in range(self.caps.planes):
-            for value, reg in (
-                (port_macs, "MAC"),
-                (next_hop_macs, "NEXT_HOP_MAC"),
-                (port_addresses, "PORT_ADDRESS"),
-            ):
-                if value is not None:
-                    await self.regs.write(f"port{p}", reg, value[p])
+            values = {
+                reg: value[p]
+                for value, reg in (
+                    (port_macs, "MAC"),
+                    (next_hop_macs, "NEXT_HOP_MAC"),
+                    (port_addresses, "PORT_ADDRESS"),
+                )
+                if value is not None
+            }
+            await self.regs.write_many(f"port{p}", values)
 
     TUNABLE_BLOCKS = ("transport", "reliability", "paths", "congestion")
 
@@ -487,10 +516,13 @@ class Nic:
             block, _ = self.regs.block(name)
             for r in block.registers:
                 where[r.name.lower()] = name
+        per_block: dict[str, dict[str, int]] = {}
         for key, value in values.items():
             if key not in where:
                 raise InvalidParameter(f"no NIC parameter {key!r}; known: {', '.join(sorted(where))}")
-            await self.regs.write(where[key], key.upper(), int(value))
+            per_block.setdefault(where[key], {})[key.upper()] = int(value)
+        for name, block_values in per_block.items():
+            await self.regs.write_many(name, block_values)
 
     async def set_route(self, dest: int, template: RouteTemplate) -> None:
         if not 0 <= dest < self.caps.destinations:

@@ -22,6 +22,17 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     async def write32(self, address: int, value: int) -> None: ...
 
+    async def read_block(self, address: int, count: int) -> list[int]:
+        """``count`` consecutive 32-bit registers from ``address``, in address order. This default reads
+        them one by one; a backend that moves several words per transaction (the UART bridge) overrides
+        it, which is what makes multi-word registers, register-block headers and table records cheap."""
+        return [await self.read32(address + 4 * i) for i in range(count)]
+
+    async def write_block(self, address: int, words: list[int]) -> None:
+        """Write ``words`` to consecutive 32-bit registers from ``address``, in address order."""
+        for i, word in enumerate(words):
+            await self.write32(address + 4 * i, word)
+
     @abc.abstractmethod
     async def mem_read(self, address: int, length: int) -> bytes: ...
 

@@ -229,6 +229,12 @@ class UartTransport(Transport):
     async def write32(self, address: int, value: int) -> None:
         await self.write_words(Space.REGISTERS, address, [value & 0xFFFFFFFF])
 
+    async def read_block(self, address: int, count: int) -> list[int]:
+        return await self.read_words(Space.REGISTERS, address, count)
+
+    async def write_block(self, address: int, words: list[int]) -> None:
+        await self.write_words(Space.REGISTERS, address, [w & 0xFFFFFFFF for w in words])
+
     async def mem_read(self, address: int, length: int) -> bytes:
         if length <= 0:
             return b""

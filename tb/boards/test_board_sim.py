@@ -31,6 +31,7 @@ from __future__ import annotations
 import random
 
 import cocotb
+import pytest
 from amaranth import ClockDomain, ClockSignal, DomainRenamer, Module, ResetSignal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
@@ -161,6 +162,13 @@ def _counters(dut, s: str, prefix: str, names) -> dict:
     return {name: int(getattr(dut, f"{s}_{prefix}{name}").value) for name in names}
 
 
+async def _both(*steps):
+    """Run driver steps side by side: one board's UART does not wait for the other's (at most one step
+    per board: a transport carries one request at a time)."""
+    for task in [cocotb.start_soon(step) for step in steps]:
+        await task
+
+
 @cocotb.test()
 async def rdma_write_over_both_planes(dut):
     rng = random.Random(random.getrandbits(32))  # the harness seeds `random` (SEED reproduces)
@@ -177,13 +185,13 @@ async def rdma_write_over_both_planes(dut):
         transport = UartTransport(
             uart, memory_base=0, memory_size=MEMORY, timeout=40 * uart.byte_time, name=f"board {s}"
         )
-        nics[s] = await driver.open(transport, cq_depth=16)
+        nics[s] = cocotb.start_soon(driver.open(transport, cq_depth=16))  # each board has its own UART
+    nics = {s: await task for s, task in nics.items()}
     a, b = nics["a"], nics["b"]
     dut._log.info("both NICs open over their UARTs: %s", a.caps)
     for nic in (a, b):
         assert nic.caps.planes == PLANES and nic.caps.host_queues, nic.caps
-    await a.set_parameters(pmtu_log2=8)
-    await b.set_parameters(pmtu_log2=8)
+    await _both(a.set_parameters(pmtu_log2=8), b.set_parameters(pmtu_log2=8))
     qa, qb = await connect_cabled(a, b, seed=rng.randrange(1 << 16))
     planes_of = {ev >> 29 & (PLANES - 1) for ev in qa.profile.slots}
     dut._log.info("QP A EV slots %s (planes %s)", [hex(ev) for ev in qa.profile.slots], sorted(planes_of))
@@ -192,9 +200,13 @@ async def rdma_write_over_both_planes(dut):
     length, guard = 1500, 64
     source = a.memory.allocate(length)
     pattern = bytes(rng.getrandbits(8) for _ in range(length))
-    await a.t.mem_write(source, pattern)
     target = b.memory.allocate(length + 2 * guard) + guard
-    await b.t.mem_write(target - guard, bytes([0xA5]) * (length + 2 * guard))
+
+    async def guards():  # known bytes around the target; the region itself is zero, as memory starts
+        await b.t.mem_write(target - guard, bytes([0xA5]) * guard)
+        await b.t.mem_write(target + length, bytes([0xA5]) * guard)
+
+    await _both(a.t.mem_write(source, pattern), guards())
     mr = await b.register_memory(target, length)
     before = {s: await nics[s].port_counters() for s in SIDES}
 
@@ -233,5 +245,6 @@ async def rdma_write_over_both_planes(dut):
             assert bridge[name] == 0, (s, name, bridge[name])
 
 
+@pytest.mark.long(seconds=470)
 def test_board_sim():
     run_cocotb(CableBench, name="board_cable", module=__name__, params={"planes": PLANES})

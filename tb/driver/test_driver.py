@@ -12,6 +12,7 @@ import pytest
 
 from mrcnic import driver
 from mrcnic.driver.model_backend import ModelCluster
+from mrcnic.wire import RouteTemplate
 
 from . import scenarios
 from support.cocotb_runner import run_cocotb
@@ -82,6 +83,77 @@ def test_open_urls():
         ):
             with pytest.raises(error):
                 await driver.open(url)
+
+    asyncio.run(body())
+
+
+class BlockCounting(driver.Transport):
+    """A reference-model NIC whose register traffic is recorded as block transfers: what one UART bridge
+    frame carries, so the list is the number of frames a board would exchange."""
+
+    def __init__(self, device):
+        self.device = device
+        self.memory_base, self.memory_size = device.memory_base, device.memory_size
+        self.transfers: list[tuple[str, int, object]] = []
+
+    async def read32(self, address):
+        return await self.device.read32(address)
+
+    async def write32(self, address, value):
+        await self.device.write32(address, value)
+
+    async def read_block(self, address, count):
+        self.transfers.append(("read", address, count))
+        return await super().read_block(address, count)
+
+    async def write_block(self, address, words):
+        self.transfers.append(("write", address, list(words)))
+        await super().write_block(address, words)
+
+    async def mem_read(self, address, length):
+        return await self.device.mem_read(address, length)
+
+    async def mem_write(self, address, data):
+        await self.device.mem_write(address, data)
+
+    async def idle(self, ns):
+        await self.device.idle(ns)
+
+
+def test_consecutive_registers_move_in_one_transfer():
+    """Block headers, multi-word registers, table records and counter sets each take one transfer (one
+    UART frame on a board), in address order; a table's COMMAND is written after its whole record; a
+    value too wide for its register is refused before anything is written."""
+
+    async def body():
+        transport = BlockCounting(ModelCluster(2).devices[0])
+        nic = await driver.open(transport)
+        regs = nic.regs
+        blocks = len(regs.map.blocks)
+        header_reads = [t for t in transport.transfers if t[0] == "read" and t[2] == 4]
+        assert len(header_reads) >= blocks  # one read of the four header words per block
+
+        transport.transfers.clear()
+        await nic.set_route(1, RouteTemplate(0xFC00_0001, [0x11, 0x22, 0x33], t1_slot=1))
+        route, base = regs.block("route")
+        fields = [r for r in route.registers if r.name not in ("STATUS", "COMMAND")]
+        fields.sort(key=lambda r: route.offsets[r.name])
+        values = {"DEST": 1, "LOCATOR": 0xFC00_0001, "COUNT": 3, "T1_SLOT": 1}
+        values.update({f"USID{i}": u for i, u in enumerate([0x11, 0x22, 0x33, 0, 0, 0])})
+        words = [(values[r.name] >> (32 * w)) & 0xFFFFFFFF for r in fields for w in range(r.words)]
+        assert transport.transfers == [
+            ("write", base + route.offsets[fields[0].name], words),
+            ("write", base + route.offsets["COMMAND"], [1]),
+        ]
+
+        transport.transfers.clear()
+        with pytest.raises(driver.InvalidParameter, match="COUNT"):
+            await regs.write_many("route", {"DEST": 0, "COUNT": 1 << 20})
+        assert transport.transfers == []
+
+        counters = await nic.counters()
+        block, base = regs.block("counters")
+        assert transport.transfers == [("read", base + block.offsets[block.registers[0].name], len(counters))]
 
     asyncio.run(body())
 
@@ -158,6 +230,7 @@ async def rtl_peer_stops_answering(dut):
     await scenarios.peer_stops_answering(pair, random.Random(cocotb.RANDOM_SEED), retry_ns=5e6)
 
 
+@pytest.mark.long(seconds=290)
 def test_rtl_backend():
     params = RTL_CONFIG.build_params()
     run_cocotb(
