@@ -102,6 +102,9 @@ def run_cocotb(
         args.append("--trace-fst")
     args += list(build_args or [])
 
+    # Verilator's runtime library is compiled once for all builds (support/objcache.py).
+    os.environ["OBJCACHE"] = f"{sys.executable} {Path(__file__).with_name('objcache.py')}"
+    os.environ["MRCNIC_OBJCACHE_DIR"] = str(BUILD_ROOT / "objcache")
     runner = get_runner("verilator")
     with open(build_dir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

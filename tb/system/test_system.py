@@ -465,6 +465,7 @@ TESTS = [
 ]
 
 
+@pytest.mark.long(seconds=440)
 @pytest.mark.parametrize("params", CONFIGS)
 def test_system(params):
     run_cocotb(design(params), name=BUILD_NAME, module="system.test_system", params=params, testcase=TESTS)

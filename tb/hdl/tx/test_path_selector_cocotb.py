@@ -223,6 +223,7 @@ async def reference_mix(dut):
         assert (await d.choose(0)).slot == ref.request(0, None, all_planes, all_planes)
 
 
+@pytest.mark.long(seconds=65)
 @pytest.mark.parametrize("qps, ev_slots, planes, backups", [(3, 8, 2, 2), (2, 64, 4, 3)])
 def test_path_selector_cocotb(qps, ev_slots, planes, backups):
     run_cocotb(
