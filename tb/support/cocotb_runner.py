@@ -54,6 +54,20 @@ def _fst_available() -> bool:
     return Path("/usr/include/lz4.h").exists()
 
 
+def _forget_other_compile_flags(build_dir: Path, toplevel: str) -> None:
+    """make does not track compiler flags: objects (and precompiled headers, which g++ must not mix
+    with other optimisation levels) built with other flags are removed, so everything is rebuilt."""
+    words = os.environ.get("MAKEFLAGS", "").split()  # also make's own flags under `make test`: skip them
+    flags = " ".join(w for w in words if w.startswith(("OPT", "CFG_CXXFLAGS")))
+    stamp = build_dir / "compile_flags.txt"
+    if stamp.exists() and stamp.read_text() == flags:
+        return
+    for pattern in ("*.o", "*.gch", "*.a", toplevel):
+        for path in build_dir.glob(pattern):
+            path.unlink()
+    stamp.write_text(flags)
+
+
 def dut_params() -> dict:
     """Inside a cocotb test: the parameters the pytest side passed to :func:`run_cocotb`."""
     return json.loads(os.environ.get(PARAMS_ENV, "{}"))
@@ -93,7 +107,7 @@ def run_cocotb(
 
     # Only the top level's own signals are made visible to cocotb: cocotb's default (every signal of
     # every module public) makes Verilator emit a huge symbol-table constructor that takes g++ minutes
-    # on large designs. Tests use top-level ports only. Simulation code is built with -O2, the
+    # on large designs. Tests use top-level ports only. Simulation code is built with -O1, the
     # run-once construction code without optimisation (Verilator's OPT_FAST/OPT_SLOW).
     visibility = build_dir / "top_public.vlt"
     visibility.write_text(f'`verilator_config\npublic_flat_rw -module "{toplevel}" -var "*"\n')
@@ -113,6 +127,7 @@ def run_cocotb(
         # Rewrite only on change, so Verilator and make see an up-to-date build and skip it.
         if not source.exists() or source.read_text() != text:
             source.write_text(text)
+        _forget_other_compile_flags(build_dir, toplevel)
         runner.build(
             sources=[source],
             hdl_toplevel=toplevel,
