@@ -114,7 +114,7 @@ def _selective(result, name):
 @cocotb.test()
 async def clean_transfer(dut):
     """No faults: every plane used evenly, nothing lost or retransmitted, goodput near the limit."""
-    _, r = await _transfer(dut, _config(), size=512 * 1024)
+    _, r = await _transfer(dut, _config())
     assert r.data_verified
     assert r.retx_frames == 0 and r.lost_frames == 0
     assert all(abs(n / r.data_frames - 0.25) < 0.02 for n in r.plane_frames)
@@ -450,7 +450,6 @@ BASE = SystemConfig()
 CONFIGS = [pytest.param(BASE.build_params(), id="dw8-p4")]
 TESTS = [
     "clean_transfer",
-    "random_loss_0_1_percent",
     "random_loss_1_percent",
     "random_loss_5_percent",
     "reordering_from_path_delay_skew",
@@ -465,7 +464,20 @@ TESTS = [
 ]
 
 
+# In `make test-slow` only: at 0.1 % loss on every link a 256 KiB transfer loses a frame or two, which the
+# 1 % and 5 % runs cover many times over.
+SLOW_TESTS = ["random_loss_0_1_percent"]
+
+
 @pytest.mark.long(seconds=440)
 @pytest.mark.parametrize("params", CONFIGS)
 def test_system(params):
     run_cocotb(design(params), name=BUILD_NAME, module="system.test_system", params=params, testcase=TESTS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("params", CONFIGS)
+def test_system_slow(params):
+    run_cocotb(
+        design(params), name=BUILD_NAME, module="system.test_system", params=params, testcase=SLOW_TESTS
+    )
