@@ -199,10 +199,7 @@ class Registers:
         return block, self.bases[(block.kind, block.info)]
 
     async def read(self, block_name: str, reg: str) -> int:
-        block, base = self.block(block_name)
-        r = block.register(reg)
-        words = await self.t.read_block(base + block.offsets[reg], r.words)
-        return sum(word << (32 * w) for w, word in enumerate(words))
+        return (await self.read_many(block_name, [reg]))[reg]
 
     async def write(self, block_name: str, reg: str, value: int) -> None:
         await self.write_many(block_name, {reg: value})

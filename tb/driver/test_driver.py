@@ -129,9 +129,10 @@ def test_consecutive_registers_move_in_one_transfer():
         transport = BlockCounting(ModelCluster(2).devices[0])
         nic = await driver.open(transport)
         regs = nic.regs
-        blocks = len(regs.map.blocks)
-        header_reads = [t for t in transport.transfers if t[0] == "read" and t[2] == 4]
-        assert len(header_reads) >= blocks  # one read of the four header words per block
+        # Discovery: one read of the four header words per block, in list order, then the NIC_ID fields.
+        bases = sorted(regs.bases.values())
+        assert transport.transfers[: len(bases)] == [("read", base, 4) for base in bases]
+        assert len(regs.map.blocks) == len(bases)
 
         transport.transfers.clear()
         await nic.set_route(1, RouteTemplate(0xFC00_0001, [0x11, 0x22, 0x33], t1_slot=1))
@@ -151,6 +152,20 @@ def test_consecutive_registers_move_in_one_transfer():
             await regs.write_many("route", {"DEST": 0, "COUNT": 1 << 20})
         assert transport.transfers == []
 
+        # A read-back: key fields in one write, COMMAND, STATUS polls, the other fields in one read; what
+        # was pushed comes back.
+        await regs.push("ev_slot", {"QP": 0, "SLOT": 3, "EV": 0x2000_0005, "STATE": 0})
+        transport.transfers.clear()
+        entry = await regs.read_back("ev_slot", {"QP": 0, "SLOT": 3})
+        slot, base = regs.block("ev_slot")
+        # The same registers word by word (the QP is not connected, so the model reports the slot DENIED).
+        state = await transport.device.read32(base + slot.offsets["STATE"])
+        assert entry == {"EV": 0x2000_0005, "STATE": state}, entry
+        assert transport.transfers[0] == ("write", base + slot.offsets["QP"], [0, 3])
+        assert transport.transfers[1] == ("write", base + slot.offsets["COMMAND"], [2])
+        assert transport.transfers[-1][0] == "read" and transport.transfers[-1][2] == 2
+
+        transport.transfers.clear()
         counters = await nic.counters()
         block, base = regs.block("counters")
         assert transport.transfers == [("read", base + block.offsets[block.registers[0].name], len(counters))]

@@ -373,6 +373,28 @@ def test_transport_over_model_registers_memory_and_errors():
     assert transport.seq < 0x100
 
 
+def test_register_blocks_are_one_request_each():
+    """``write_block`` / ``read_block`` (the driver's consecutive registers) are one bridge request each,
+    split at ``max_words``; the words land in address order and come back byte for byte."""
+    rng = new_rng()
+    bus = Bus()
+    line = LossyLine(BridgeModel(bus.read, bus.write), rng)
+    transport = UartTransport(line, max_words=8)
+    words = [rng.getrandbits(32) for _ in range(11)]
+
+    async def body():
+        await transport.sync()
+        before = transport.stats["requests"]
+        await transport.write_block(0x20, words)
+        assert bus.writes == [(Space.REGISTERS, 0x20 + 4 * k, w) for k, w in enumerate(words)]
+        assert await transport.read_block(0x20, 11) == words
+        assert transport.stats["requests"] - before == 4  # 8 + 3 words each way
+        assert await transport.read_block(0x24, 1) == [words[1]] and await transport.read32(0x28) == words[2]
+
+    asyncio.run(body())
+    assert line.model.counters["frames_ok"] == 7  # sync, 2 writes, 2 reads, 2 single reads
+
+
 def test_transport_retries_over_a_lossy_line_and_writes_once():
     rng = new_rng()
     bus = Bus()
