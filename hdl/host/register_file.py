@@ -23,17 +23,25 @@ name and shape facing the other way, so the top level connects them by name:
   the answer). Other ``COMMAND`` values do nothing.
 
 Bus behaviour. One write and one read at a time; a write is taken when address and data are both valid
-(1 cycle, then B); a read returns in the next cycle (a read is not taken in a cycle that takes a write).
+(1 cycle, then B); a read returns in the next cycle, three cycles later for an event counter (a read is
+not taken in a cycle that takes a write).
 Strobes select byte lanes. A register wider than 32 bits is written word by word (the core sees each word
 as it lands). Addresses inside the map that hold no register read 0 and ignore writes (OKAY); addresses
 beyond the map answer DECERR. The address's low two bits are ignored.
 
 Read-back memory. Words that only the bus changes (the block headers, constants, read/write registers
 that no read-back answer loads) are read from a block RAM copy written along with the registers, so the
-read multiplexer spans only the words the core drives (counters, status, loaded fields): on the
-ECPIX-5 build the read multiplexer went from about 2.8 k LUT4s to 1.9 k (docs/benchmarks.md). After a reset
-the register file copies the memory's reset image into place before it takes any request: the bus waits
+read multiplexer spans only the words the core drives (status, loaded fields): on the ECPIX-5 build the
+read multiplexer went from about 2.8 k LUT4s to 1.9 k (docs/benchmarks.md). After a reset the register
+file copies the memory's reset image into place before it takes any request: the bus waits
 ``2**ceil(log2(map words)) + 1`` cycles (513 for the NIC's map of 384 words, about 8 us at 62.5 MHz).
+
+Counters. Event counters (registers with a ``max_step``) are read from a
+:class:`~mrcnic.hdl.host.counter_bank.CounterBank`: it samples the low bits of each counter port and keeps
+the 32-bit totals in block RAM, so the blocks' counters shrink to those bits in synthesis and the read
+multiplexer loses them. A read of a counter is still exact (the bank brings the total up to date for
+it) and answers two cycles later than other reads (R three cycles after AR); byte counters and status
+words are read directly.
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ from mrcnic.regmap import Access, BlockType, RegisterMap
 
 from ..dma.axi import AxiResp
 from .axil import AxiLiteSignature
+from .counter_bank import CounterBank, sample_width_for
 
 __all__ = ["RegisterFile"]
 
@@ -82,6 +91,9 @@ class RegisterFile(wiring.Component):
                 f"the register map ({regmap.size:#x} bytes) does not fit {addr_width} address bits"
             )
         self.regmap, self.addr_width = regmap, addr_width
+        steps = [r.max_step for block in regmap.blocks for r in block.registers if r.max_step]
+        self._bank_params = dict(count=max(1, len(steps)), max_step=max(steps, default=1))
+        self.counter_sample_width = sample_width_for(**self._bank_params)  # bits the blocks' counters keep
         core_members = core.members
         members = {"bus": In(AxiLiteSignature(addr_width=addr_width))}
         for block in regmap.blocks:
@@ -111,6 +123,8 @@ class RegisterFile(wiring.Component):
         # Words whose value only the bus changes (constants, and read/write registers that no read-back
         # answer loads) are read from the read-back memory instead: {word: (reset value, valid bits)}.
         shadowed: dict[int, tuple[int, int]] = {}
+        # Event counters (``max_step``): read from the counter bank, {word: (port value, max step)}.
+        banked: dict[int, tuple[Value, int]] = {}
 
         def word(address: int) -> int:
             return address >> 2
@@ -171,11 +185,20 @@ class RegisterFile(wiring.Component):
                         continue
                 elif r.binding is not None:
                     value = Value.cast(_select(self, r.binding))
+                    if r.max_step:
+                        banked[first] = (value, r.max_step)
+                        continue
                     for w in range(r.words):
                         reads[first + w] = value[32 * w : 32 * w + 32]
                     continue
                 for w in range(r.words):
                     shadowed[first + w] = ((r.reset >> 32 * w) & 0xFFFF_FFFF, min(32, r.width - 32 * w))
+
+        # -- counter bank: the low bits of every event counter, totals in block RAM (see counter_bank.py)
+        bank_words = sorted(banked)
+        m.submodules.counters = bank = CounterBank(**self._bank_params)
+        for i, w in enumerate(bank_words):
+            m.d.comb += bank.sample[i].eq(banked[w][0][: bank.sample_width])
 
         # -- read-back memory: the bus's reads of ``shadowed`` words come from block RAM, not from a
         # multiplexer over the registers. Upper half: the live copy, written with the registers; lower
@@ -193,7 +216,7 @@ class RegisterFile(wiring.Component):
         scrub = Signal(range(half + 1))  # next image word to read; ``half``: done
         scrub_copy = Signal()  # the word read last cycle (``scrub - 1``) goes to the live copy now
         scrubbing = Signal()
-        m.d.comb += scrubbing.eq((scrub != half) | scrub_copy)
+        m.d.comb += scrubbing.eq((scrub != half) | scrub_copy | ~bank.ready)
         m.d.sync += scrub_copy.eq(scrub != half)
         with m.If(scrub != half):
             m.d.sync += scrub.eq(scrub + 1)
@@ -279,21 +302,33 @@ class RegisterFile(wiring.Component):
                 with m.Case(w):
                     m.d.comb += read_blocked.eq(reading)
         take_read = Signal()
+        bank_reading = Signal()  # a counter read waits for the bank's answer
         # Not in a cycle that writes: the two memory ports must not meet on one word.
         m.d.comb += [
-            take_read.eq(bus.arvalid & ~bus.rvalid & ~read_blocked & ~scrubbing & ~take_write),
+            take_read.eq(
+                bus.arvalid & ~bus.rvalid & ~bank_reading & ~read_blocked & ~scrubbing & ~take_write
+            ),
             bus.arready.eq(take_read),
         ]
         from_shadow = Signal()
+        to_bank = Signal()
+        m.d.comb += to_bank.eq(one_of(ar_word, bank_words) if bank_words else 0)
         register_data = Signal(32)
+        with m.Switch(ar_word):
+            for i, w in enumerate(bank_words):
+                with m.Case(w):
+                    m.d.comb += bank.read_addr.eq(i)
         m.d.comb += [
             shadow_rd.addr.eq(Mux(scrubbing, scrub, half + ar_word)),
             shadow_rd.en.eq(Mux(scrubbing, 1, take_read)),
+            bank.read_en.eq(take_read & to_bank),
             bus.rdata.eq(Mux(from_shadow, shadow_rd.data, register_data)),
         ]
+        with m.If(bank.read_valid):
+            m.d.sync += [bus.rvalid.eq(1), bank_reading.eq(0), register_data.eq(bank.read_data)]
         with m.If(take_read):
-            m.d.sync += [bus.rvalid.eq(1), register_data.eq(0), bus.rresp.eq(AxiResp.OKAY)]
-            m.d.sync += from_shadow.eq(one_of(ar_word, shadowed))
+            m.d.sync += [bus.rvalid.eq(~to_bank), register_data.eq(0), bus.rresp.eq(AxiResp.OKAY)]
+            m.d.sync += [from_shadow.eq(one_of(ar_word, shadowed)), bank_reading.eq(to_bank)]
             with m.If(ar_word >= size_words):
                 m.d.sync += bus.rresp.eq(AxiResp.DECERR)
             with m.Switch(ar_word):

@@ -45,6 +45,11 @@ def registers_markdown(c: Capabilities | None = None) -> str:
         "write the key fields, write 2 to COMMAND, wait for STATUS[0] = 0, read the other fields. Writes "
         "to a table block wait while STATUS[0] is 1, and so do reads of its fields during a read-back.",
         "",
+        "Counters are 32 bits and wrap; software takes differences. Event counters (marked *event*) live "
+        "in the register file's counter bank (block RAM, `hdl/host/counter_bank.py`): a read is exact, "
+        "counting every event up to the read, and answers two bus cycles later than other registers. "
+        "Byte counters are read directly.",
+        "",
         "## Blocks",
         "",
         "| address | block | type | INFO | what it is |",
@@ -70,7 +75,8 @@ def registers_markdown(c: Capabilities | None = None) -> str:
         for r in b.registers:
             off = b.offsets[r.name]
             out.append(
-                f"| {b.base + off:#06x} | {off:#05x} | {r.name} | {r.width} | {r.access.value} | "
+                f"| {b.base + off:#06x} | {off:#05x} | {r.name} | {r.width} | "
+                f"{r.access.value}{' event' if r.max_step else ''} | "
                 f"{_reset(r.reset, r.width)} | {r.doc} |"
             )
     return "\n".join(out) + "\n"

@@ -55,7 +55,10 @@ class Access(enum.Enum):
 @dataclass(frozen=True)
 class Register:
     """One register. ``binding``: what it connects to in the gateware: a port of the NIC core (``rto_cycles``,
-    ``config.port_mac[1]``, ``stat_tx_packets``), or for a TABLE block a field of the record it stages."""
+    ``config.port_mac[1]``, ``stat_tx_packets``), or for a TABLE block a field of the record it stages.
+    ``max_step``: for an event counter (32-bit, read-only), the most it can grow by in one core cycle;
+    the register file keeps such counters in its counter bank (``mrcnic.hdl.host.counter_bank``), whose
+    reads lag the events by a few hundred cycles at most. 0: read directly (status, byte counters)."""
 
     name: str
     doc: str
@@ -63,6 +66,7 @@ class Register:
     access: Access = Access.RW
     reset: int = 0
     binding: str | None = None
+    max_step: int = 0
 
     @property
     def words(self) -> int:
@@ -73,6 +77,8 @@ class Register:
             raise ValueError(f"register {self.name}: width {self.width} outside 1..128")
         if self.reset >> self.width:
             raise ValueError(f"register {self.name}: reset {self.reset:#x} does not fit {self.width} bits")
+        if self.max_step and (self.width != 32 or self.access != Access.RO or self.binding is None):
+            raise ValueError(f"register {self.name}: only a bound 32-bit read-only counter has a max_step")
 
 
 @dataclass

@@ -163,6 +163,22 @@ COUNTERS: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 
+# Byte counters grow by a packet's length at once: read directly, not through the counter bank.
+BYTE_COUNTERS = {("rx", "placed_bytes"), ("rx", "dma_bytes")}
+
+
+def _counter_step(c: Capabilities, block: str, name: str) -> int:
+    """The most an event counter of the core or the queue engine grows by in one cycle (see
+    ``Register.max_step``; 0 for byte counters)."""
+    if (block, name) in BYTE_COUNTERS:
+        return 0
+    if (block, name) == ("tx", "flushed_wr"):
+        return 1 + c.qps  # the segmenter flushes one request and abandons one per QP in a cycle
+    if block == "host":
+        return 2  # dma_errors has two sources (WQE reads, CQE writes); the rest one each
+    return 1
+
+
 # Counters of the host interface's queue engine (binding stat_host_<name>).
 HOST_COUNTERS: tuple[tuple[str, str], ...] = (
     ("wqes_fetched", "work-queue entries read from the send queues"),
@@ -346,6 +362,7 @@ def nic_register_map(c: Capabilities | None = None) -> RegisterMap:
                         "frames received on this port (all of them, good or not)",
                         access=RO,
                         binding=f"stat_port_rx_frames[{p}]",
+                        max_step=1,
                     ),
                     R(
                         "RX_BYTES",
@@ -358,6 +375,7 @@ def nic_register_map(c: Capabilities | None = None) -> RegisterMap:
                         "frames sent on this port (data, probes, SACK/NACK/ACK)",
                         access=RO,
                         binding=f"stat_port_tx_frames[{p}]",
+                        max_step=1,
                     ),
                     R(
                         "TX_BYTES",
@@ -371,6 +389,7 @@ def nic_register_map(c: Capabilities | None = None) -> RegisterMap:
                             f"{text} (0 without a MAC)",
                             access=RO,
                             binding=f"mac_{name}[{p}]",
+                            max_step=1,
                         )
                         for name, text in MAC_COUNTERS.items()
                     ),
@@ -559,6 +578,7 @@ def nic_register_map(c: Capabilities | None = None) -> RegisterMap:
             doc,
             access=RO,
             binding=f"stat_{block}_{name}",
+            max_step=_counter_step(c, block, name),
         )
         for block, entries in groups.items()
         for name, doc in entries

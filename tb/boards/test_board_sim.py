@@ -88,6 +88,7 @@ class CableBench(wiring.Component):
                     f"{s}_eth_tx90_clk": In(1),
                     f"{s}_uart_rx": In(1, init=1),
                     f"{s}_uart_tx": Out(1),
+                    f"{s}_activity": Out(PLANES),
                     **{f"{s}_mac{p}_{name}": Out(32) for p in range(PLANES) for name in MAC_COUNTERS},
                     **{f"{s}_uart_{name}": Out(32) for name in UART_COUNTERS},
                 }
@@ -112,6 +113,7 @@ class CableBench(wiring.Component):
                 ClockSignal(f"{s}_eth_tx90").eq(getattr(self, f"{s}_eth_tx90_clk")),
                 board.uart_rx.eq(getattr(self, f"{s}_uart_rx")),
                 getattr(self, f"{s}_uart_tx").eq(board.uart_tx),
+                getattr(self, f"{s}_activity").eq(board.activity),
             ]
             for p in range(PLANES):
                 for name in MAC_COUNTERS:
@@ -173,6 +175,8 @@ async def _both(*steps):
 async def rdma_write_over_both_planes(dut):
     rng = random.Random(random.getrandbits(32))  # the harness seeds `random` (SEED reproduces)
     await _start(dut)
+    for s in SIDES:  # no frame yet: the activity LEDs are dark
+        assert int(getattr(dut, f"{s}_activity").value) == 0, s
     nics = {}
     for s in SIDES:
         uart = SimUart(
@@ -239,6 +243,8 @@ async def rdma_write_over_both_planes(dut):
                 assert mac[p][name] == 0, (s, p, name, mac[p][name])
                 assert after[s][p][f"mac_{name}"] == 0, (s, p, name, after[s][p])
             assert mac[p]["rx_frames"] >= after[s][p]["rx_frames"] - before[s][p]["rx_frames"]
+        # frames went both ways on every plane within the last 50 ms: every activity LED is lit
+        assert int(getattr(dut, f"{s}_activity").value) == (1 << PLANES) - 1, s
         bridge = _counters(dut, s, "uart_", UART_COUNTERS)
         dut._log.info("board %s UART bridge counters %s", s, bridge)
         for name in ("bad_crc", "bad_frame", "framing_errors", "bus_errors", "timeouts"):

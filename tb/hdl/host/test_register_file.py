@@ -130,12 +130,14 @@ def test_walk_registers_and_counters():
         assert ctx.get(dut.config.port_mac[1]) == mac and ctx.get(dut.config.port_mac[0]) == 0
         await bus.write(port1.address("LINK_UP"), 0)
         assert ctx.get(dut.plane_up) == 0b01
-        # Read-only: counters and the cycle counter come from the core; writes change nothing.
+        # Read-only: counters come from the core; writes change nothing. (Event counters step and are
+        # read through the counter bank: test_counters_follow_the_core below.) A byte counter is read
+        # directly: it may jump.
         counters = regmap["counters"]
-        ctx.set(dut.stat_rx_placed, 12345)
-        assert await bus.read(counters.address("RX_PLACED")) == 12345
-        assert await bus.write(counters.address("RX_PLACED"), 0) == OKAY
-        assert await bus.read(counters.address("RX_PLACED")) == 12345
+        ctx.set(dut.stat_rx_placed_bytes, 12345)
+        assert await bus.read(counters.address("RX_PLACED_BYTES")) == 12345
+        assert await bus.write(counters.address("RX_PLACED_BYTES"), 0) == OKAY
+        assert await bus.read(counters.address("RX_PLACED_BYTES")) == 12345
         ctx.set(dut.stat_port_tx_bytes[1], 0xCAFE)
         assert await bus.read(port1.address("TX_BYTES")) == 0xCAFE
         assert await bus.read(regmap["port0"].address("TX_BYTES")) == 0
@@ -147,6 +149,73 @@ def test_walk_registers_and_counters():
         assert await bus.write(regmap.size + 4, 1) == DECERR
 
     run(dut, bench, name="register_file_walk")
+
+
+def test_counters_follow_the_core():
+    """Event counters read through the counter bank: every counter steps by random amounts up to its
+    ``max_step`` (past the bank's narrow samples' range); a read taken meanwhile returns a value the
+    counter had while the read was in progress (the bank is exact, not a snapshot of an earlier scan),
+    and once the counters stop every register reads its counter, also after a reset that clears them."""
+    rng = random.Random(new_seed())
+    regmap, dut = make()
+    top = Module()
+    top.domains.sync = cd = ClockDomain()
+    top.submodules.dut = dut
+    counted = [(block, r) for block in regmap.blocks for r in block.registers if r.max_step]
+    assert len(counted) > 70
+    ports = {r.name + block.name: _port(dut, r.binding) for block, r in counted}
+    history: list[dict] = []  # the counters' values, cycle by cycle
+    running = [True]
+
+    async def counters(ctx):
+        values = {key: 0 for key in ports}
+        while running[0]:
+            for (_block, r), key in zip(counted, ports, strict=True):
+                if rng.random() < 0.6:
+                    values[key] = (values[key] + rng.randint(1, r.max_step)) & 0xFFFFFFFF
+                ctx.set(ports[key], values[key])
+            history.append(dict(values))
+            await ctx.tick()
+
+    async def bench(ctx):
+        bus = Manager(ctx, dut.bus, rng)
+        await ctx.tick().repeat(600)  # the reset scrub and the bank's first scan
+        for _ in range(80):
+            block, r = rng.choice(counted)
+            key = r.name + block.name
+            before = len(history)
+            value = await bus.read(block.address(r.name))
+            during = {h[key] for h in history[before - 1 :]}
+            assert value in during, (r.name, value, sorted(during))
+        await ctx.tick().repeat(1000)
+        running[0] = False
+        await ctx.tick()
+        final = history[-1]
+        # every counter went past its narrow sample's range (9 bits here) at least once
+        assert min(final.values()) >= 1 << dut.counter_sample_width
+        for block, r in counted:
+            assert await bus.read(block.address(r.name)) == final[r.name + block.name], r.name
+        # A reset clears the core's counters and the bank's totals follow (block RAM keeps its data).
+        for port in ports.values():
+            ctx.set(port, 0)
+        ctx.set(cd.rst, 1)
+        await ctx.tick()
+        ctx.set(cd.rst, 0)
+        await ctx.tick().repeat(600)
+        for block, r in rng.sample(counted, 10):
+            assert await bus.read(block.address(r.name)) == 0, r.name
+
+    run(top, bench, counters, name="register_file_counters")
+
+
+def _port(dut, binding):
+    value = dut
+    for part in binding.split("."):
+        name, _, index = part.partition("[")
+        value = getattr(value, name)
+        if index:
+            value = value[int(index[:-1])]
+    return value
 
 
 def test_table_push_and_backpressure():

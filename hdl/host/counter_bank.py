@@ -1,0 +1,130 @@
+"""Counter bank: the NIC's 32-bit event counters kept in block RAM, fed by narrow counters in the blocks.
+
+Ref: docs/registers.md ("Counters").
+
+Every block of the NIC counts its events in a register of its own (``stat_*``: 32 bits in the block's
+interface, wrapping). A 32-bit counter costs 32 flip-flops and 16 carry cells wherever it is, and the
+register file's read multiplexer had a 32-bit input for each: some 80 counters took about 3 k of the
+ECP5's logic cells. The bank samples only the low ``sample_width`` bits of each counter; synthesis then
+drops the upper bits and their adders from the blocks (nothing reads them any more), and the totals sit
+in one block RAM.
+
+How a total follows its counter. A *visit* of counter ``i`` reads its total ``T`` and writes back
+``T + ((s - T) mod 2^n)``, where ``s`` is the counter's current low ``n = sample_width`` bits. So the low
+``n`` bits of a total always equal the counter's low bits at the last visit, and the difference mod
+``2^n`` is what the counter grew by since then: exact as long as it grows by less than ``2^n`` between
+two visits. A scan visits the counters in turn, one a cycle; a host read is a visit too (it takes the
+scan's cycle, the scan waits), and its answer is the updated total, so **a read is exact**: it counts
+every event up to the cycle of the request. With host reads at most every other cycle (the register
+file takes one per four cycles at most), a counter is visited at least every ``2 * count + 2`` cycles;
+``sample_width`` is sized so that a counter growing by up to ``max_step`` a cycle stays below ``2^n``
+over that span (``sample_width_for``).
+
+After a reset the blocks' counters restart at 0 and so must the totals, although block RAM keeps its
+contents: the first scan after a reset writes each sample as the total. ``ready`` rises when that scan
+is complete; reads must wait for it (the register file holds its bus until then).
+
+Members:
+
+* ``sample``: In(``ArrayLayout(sample_width, count)``): the low bits of every counter.
+* ``read_addr``: In(range(count)), ``read_en``: In(1): a host read (``read_en`` at most every other
+  cycle). ``read_valid``: Out(1), high two cycles after the request, with the total in ``read_data``:
+  Out(total_width), in that cycle only.
+* ``ready``: Out(1).
+"""
+
+from __future__ import annotations
+
+from amaranth import Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["CounterBank", "sample_width_for"]
+
+
+def sample_width_for(count: int, max_step: int) -> int:
+    """Bits each counter must keep: its growth over the longest span between two visits (``2 * period
+    + 2`` cycles, see the module docstring) at ``max_step`` a cycle stays below ``2**bits``."""
+    return ((2 * max(count, 2) + 2) * max_step).bit_length()
+
+
+class CounterBank(wiring.Component):
+    def __init__(self, *, count: int, max_step: int = 1, total_width: int = 32):
+        self.count, self.max_step, self.total_width = count, max_step, total_width
+        self.sample_width = sample_width_for(count, max_step) if count >= 1 and max_step >= 1 else 0
+        if not 1 <= self.sample_width <= total_width:
+            self._MustUse__silence = True  # no "created but never used" warning for a rejected instance
+            if count < 1 or max_step < 1:
+                raise ValueError("a counter bank needs at least one counter, growing by at least 1")
+            raise ValueError(f"{self.sample_width}-bit samples do not fit {total_width}-bit totals")
+        self.period = max(count, 2)
+        super().__init__(
+            {
+                "sample": In(data.ArrayLayout(self.sample_width, count)),
+                "read_addr": In(range(count)),
+                "read_en": In(1),
+                "read_valid": Out(1),
+                "read_data": Out(total_width),
+                "ready": Out(1),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        n, period = self.sample_width, self.period
+
+        m.submodules.totals = totals = Memory(shape=self.total_width, depth=period, init=[])
+        total_read = totals.read_port()
+        total_write = totals.write_port()
+
+        # Stage 0: pick the counter to visit next (a host read first). Registered, so the samples'
+        # multiplexer below is selected by a flip-flop, not by the bus address decoder.
+        index = Signal(range(period))  # the scan's next counter
+        first_scan = Signal(init=1)  # the totals are not set up yet: write the samples as they are
+        visit = Signal(range(period))
+        visit_fresh = Signal(init=1)
+        visit_for_host = Signal()
+        m.d.sync += [
+            visit.eq(Mux(self.read_en, self.read_addr, index)),
+            visit_fresh.eq(first_scan & ~self.read_en),
+            visit_for_host.eq(self.read_en),
+        ]
+        with m.If(~self.read_en):
+            m.d.sync += index.eq(Mux(index == period - 1, 0, index + 1))
+            with m.If(index == period - 1):
+                m.d.sync += first_scan.eq(0)
+
+        # Stage 1: sample the counter, read its total.
+        samples = [self.sample[i] for i in range(self.count)] + [0] * (period - self.count)
+        sampled = Signal(n)
+        visited = Signal(range(period))
+        visited_fresh = Signal(init=1)
+        visited_for_host = Signal()
+        with m.Switch(visit):
+            for i, value in enumerate(samples):
+                with m.Case(i):
+                    m.d.sync += sampled.eq(value)
+        m.d.sync += [
+            visited.eq(visit),
+            visited_fresh.eq(visit_fresh),
+            visited_for_host.eq(visit_for_host),
+        ]
+        m.d.comb += [total_read.addr.eq(visit), total_read.en.eq(1)]
+
+        # Stage 2: the total grows by what the counter grew since the last visit (mod 2^n). A visit of
+        # the word being written reads the total before it: still exact, the growth then spans two
+        # visits (sample_width allows for it).
+        total = total_read.data
+        grown = Signal(n)
+        updated = Signal(self.total_width)
+        m.d.comb += [
+            grown.eq(sampled - total[:n]),
+            updated.eq(Mux(visited_fresh, sampled, total + grown)),
+            total_write.addr.eq(visited),
+            total_write.data.eq(updated),
+            total_write.en.eq(1),
+            self.ready.eq(~first_scan & ~visit_fresh & ~visited_fresh),
+        ]
+        m.d.comb += [self.read_valid.eq(visited_for_host), self.read_data.eq(updated)]
+        return m

@@ -1,0 +1,85 @@
+"""Counter bank (Amaranth simulator): totals follow narrow wrapping counters exactly, with host reads as
+often as the bank allows (every other cycle, which stretches the scan), totals that wrap (a 10-bit
+``total_width`` here), and each counter growing by up to ``max_step`` every cycle. Seeds printed
+(``COUNTER_BANK_SEED=<seed>`` reruns one)."""
+
+import os
+import random
+
+import pytest
+
+from mrcnic.hdl.host.counter_bank import CounterBank, sample_width_for
+
+from support.pysim import run
+
+
+def new_seed() -> int:
+    seed = int(os.environ.get("COUNTER_BANK_SEED", random.randrange(1 << 30)))
+    print(f"seed {seed}")
+    return seed
+
+
+@pytest.mark.parametrize("count, max_step", [(1, 1), (5, 3), (24, 2)])
+def test_totals_follow_the_counters(count, max_step):
+    rng = random.Random(new_seed())
+    total_width = 10
+    dut = CounterBank(count=count, max_step=max_step, total_width=total_width)
+    n = dut.sample_width
+    assert n == sample_width_for(count, max_step) < total_width
+    truth = [0] * count  # wide values, what the totals must equal mod 2**total_width
+    history: list[list[int]] = []
+    state = {"run": True, "busy": 0.0}
+
+    async def counters(ctx):
+        while state["run"]:
+            for i in range(count):
+                # mostly the fastest growth allowed, so the narrow samples wrap every few visits
+                truth[i] += max_step if rng.random() < 0.8 else rng.randrange(max_step)
+                ctx.set(dut.sample[i], truth[i] % (1 << n))
+            history.append(list(truth))
+            await ctx.tick()
+
+    async def bench(ctx):
+        cycles = 0
+        while not ctx.get(dut.ready):
+            await ctx.tick()
+            cycles += 1
+        assert cycles <= max(count, 2) + 2
+        for phase, reads in (("idle", 0.0), ("busy", 1.0), ("mixed", 0.3)):
+            for _ in range(300):
+                if rng.random() < reads:
+                    i = rng.randrange(count)
+                    asked = len(history)  # the request; the bank samples a cycle later
+                    ctx.set(dut.read_addr, i)
+                    ctx.set(dut.read_en, 1)
+                    await ctx.tick()
+                    ctx.set(dut.read_en, 0)
+                    assert not ctx.get(dut.read_valid)
+                    await ctx.tick()
+                    assert ctx.get(dut.read_valid)
+                    got = ctx.get(dut.read_data)
+                    around = {h[i] % (1 << total_width) for h in history[asked - 1 : asked + 2]}
+                    assert got in around, (phase, i, got, around)
+                assert not ctx.get(dut.read_valid) or phase != "idle"
+                await ctx.tick()
+        while min(truth) <= 1 << total_width:  # every total wraps its 10 bits at least once
+            await ctx.tick()
+        state["run"] = False
+        await ctx.tick()
+        for i in range(count):
+            ctx.set(dut.read_addr, i)
+            ctx.set(dut.read_en, 1)
+            await ctx.tick()
+            ctx.set(dut.read_en, 0)
+            await ctx.tick()
+            assert ctx.get(dut.read_valid) and ctx.get(dut.read_data) == truth[i] % (1 << total_width)
+            await ctx.tick()
+
+    run(dut, bench, counters, name=f"counter_bank_{count}")
+
+
+def test_rejects_samples_wider_than_totals():
+    with pytest.raises(ValueError, match="do not fit"):
+        CounterBank(count=100, max_step=4, total_width=8)
+    with pytest.raises(ValueError, match="at least one"):
+        CounterBank(count=0)
