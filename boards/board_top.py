@@ -98,13 +98,15 @@ def nic_setting(text: str) -> tuple[str, int]:
 
 
 class BoardTop(Elaboratable):
-    """The top level of ``board`` (a key of :data:`BOARDS`); ``nic`` overrides NIC parameters."""
+    """The top level of ``board`` (a key of :data:`BOARDS`); ``nic`` overrides NIC parameters, ``core_hz``
+    the core clock (the PLL must make it exactly, with the 125 MHz Ethernet clock)."""
 
-    def __init__(self, board: str, *, nic: dict | None = None):
+    def __init__(self, board: str, *, nic: dict | None = None, core_hz: float | None = None):
         if board not in BOARDS:
             raise ValueError(f"unknown board {board!r}: one of {', '.join(BOARDS)}")
         self.board, self.spec = board, BOARDS[board]
         self.nic_params = {**self.spec.nic, **(nic or {})}
+        self.core_hz = core_hz or self.spec.core_hz
 
     def elaborate(self, platform):
         spec = self.spec
@@ -116,7 +118,7 @@ class BoardTop(Elaboratable):
 
         clk = platform.lookup(platform.default_clk)
         m.submodules.clk_in = clk_in = io.Buffer("i", platform.request(platform.default_clk, dir="-"))
-        m.submodules.pll = pll = Ecp5Pll(clk_in.i, clk.clock.frequency, ETH_HZ, spec.core_hz)
+        m.submodules.pll = pll = Ecp5Pll(clk_in.i, clk.clock.frequency, ETH_HZ, self.core_hz)
         m.d.comb += [ClockSignal("eth_tx").eq(pll.clkop), ClockSignal("sync").eq(pll.clkos)]
         # The core's reset reaches about 23 k flip-flops. nextpnr puts only clocks on the global
         # network, so it went to every tile over fabric wires; through a DCCA global buffer it takes a
@@ -132,7 +134,7 @@ class BoardTop(Elaboratable):
         self._release_phy_resets(m, platform)
         board = NicBoard(
             planes=spec.planes,
-            clock_hz=int(spec.core_hz),
+            clock_hz=int(self.core_hz),
             nic=self.nic_params,
             memory_size=spec.memory_size,
             max_frame=spec.max_frame,

@@ -77,8 +77,8 @@ def _log_utilisation(log: Path) -> dict:
     return {cell: {"used": int(used), "available": int(avail)} for cell, used, avail in found}
 
 
-def _targets(spec) -> dict:
-    targets = {"core": spec.core_hz / 1e6, "eth_tx": ETH_HZ / 1e6}
+def _targets(spec, core_hz: float) -> dict:
+    targets = {"core": core_hz / 1e6, "eth_tx": ETH_HZ / 1e6}
     targets.update({f"eth_rx{p}": ETH_HZ / 1e6 for p in range(spec.planes)})
     return targets
 
@@ -92,13 +92,14 @@ def build_board(
     router: str = "router2",
     placer: str = "static",
     nic: dict | None = None,
+    core_hz: float | None = None,
 ) -> dict:
     """Build ``board``; returns the report (also written as report.json). Raises SystemExit(1) on failure."""
     apply_tool_environment()
     os.environ.setdefault("OPENFPGALOADER", "true")  # amaranth-boards names it; nothing is programmed
     spec = BOARDS[board]
     seed = spec.seed if seed is None else seed
-    top = BoardTop(board, nic=nic)
+    top = BoardTop(board, nic=nic, core_hz=core_hz)
     platform = spec.platform()
     build_dir = build_root / board
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -111,7 +112,7 @@ def build_board(
         "planes": spec.planes,
         "memory_bytes": spec.memory_size,
         "max_frame": spec.max_frame,
-        "nic": {**BOARD_NIC, **top.nic_params, "planes": spec.planes, "clock_hz": int(spec.core_hz)},
+        "nic": {**BOARD_NIC, **top.nic_params, "planes": spec.planes, "clock_hz": int(top.core_hz)},
         "seed": seed,
         "placer": placer,
         "router": router,
@@ -154,7 +155,7 @@ def build_board(
     if over and error is not None:
         error.append("does not fit: " + ", ".join(over))
     if data:
-        clocks, targets = {}, _targets(spec)
+        clocks, targets = {}, _targets(spec, top.core_hz)
         for net, timing in data.get("fmax", {}).items():
             domain = clock_domain(net)
             target = targets.get(domain, timing["constraint"])
@@ -218,6 +219,9 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--nic", nargs="*", type=nic_setting, default=[], metavar="KEY=VALUE", help="NIC parameter overrides"
     )
+    parser.add_argument(
+        "--core-mhz", type=float, default=None, help="core clock (default: the board's; the PLL must make it)"
+    )
     args = parser.parse_args(argv)
     nic = dict(args.nic)
     build_board(
@@ -228,6 +232,7 @@ def main(argv=None) -> None:
         router=args.router,
         placer=args.placer,
         nic=nic,
+        core_hz=args.core_mhz * 1e6 if args.core_mhz else None,
     )
 
 

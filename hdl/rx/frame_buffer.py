@@ -69,7 +69,7 @@ Structure::
 Timing (figures measured by tb/hdl/rx/test_frame_buffer.py ``test_full_rate``):
 
 * ``i`` takes one beat per cycle, frames back to back, as long as records and releases keep up.
-* A frame's record can be taken the engine latency (``IcrcEngine``: 10 cycles at W = 8, 13 at W = 32)
+* A frame's record can be taken the engine latency (``IcrcEngine``: 8 cycles at W = 8, 11 at W = 32)
   plus 1 to ``55 // W + 1`` cycles (the beats queued in the delay line) after its last beat was accepted:
   17 cycles at W = 8 and 15 at W = 32 with the input at full rate.
 * A release is taken in one cycle when the read side is idle; a discarded or empty one frees its frame
