@@ -571,11 +571,13 @@ dut_layouts = _Layouts()
 _ = descriptor_layout
 
 
-# Two builds cover both widths and both ends of the plane count (one plane is the ECPIX-5's NIC); the
-# benchmarks measure the 4-plane 64-bit and the 2-plane 256-bit NIC.
+# Three builds: the boards' 64-bit path, the 32-bit path of the reduced NIC (`--nic data_width=4`), a
+# 256-bit path, and both ends of the plane count (one plane is the ECPIX-5's NIC); the benchmarks measure
+# the 4-plane 64-bit and the 2-plane 256-bit NIC.
 CONFIGS = [
     pytest.param({"data_width": 8, "planes": 4}, id="dw8-p4"),
     pytest.param({"data_width": 32, "planes": 1}, id="dw32-p1"),
+    pytest.param({"data_width": 4, "planes": 2}, id="dw4-p2"),
 ]
 BENCH_CONFIGS = [
     pytest.param({"data_width": 8, "planes": 4}, id="dw8-p4"),
