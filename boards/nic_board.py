@@ -27,7 +27,8 @@ Members:
 * ``stat_uart_<name>`` for the bridge's counters, ``stat_mac<p>_<name>`` for every port's MAC counters
   (:data:`mrcnic.hdl.eth.counters.COUNTERS`): Out(32), in the core domain. The drop counters
   (``mrcnic.regmap.MAC_COUNTERS``) are also wired to the NIC, so software reads them in the PORT blocks
-  (``MAC_RX_BAD_FCS``, ...) next to the NIC's own per-plane frame and byte counters.
+  (``MAC_RX_BAD_FCS``, ...) next to the NIC's own per-plane frame and byte counters, and so are the
+  bridge's (``HOST_LINK_BAD_CRC``, ... in the COUNTERS block).
 
 Address map of the host memory: bytes [0, ``memory_size``) on the NIC's ``m_axi`` and on the bridge's
 ``memory`` port alike (the driver's ``uart:`` default window, ``DEFAULT_MEMORY_BASE`` /
@@ -52,6 +53,7 @@ from mrcnic.hdl.host.nic_top import ID_WIDTH, MrcNicTop
 from mrcnic.hdl.host.uart import DIVISOR_BITS
 from mrcnic.hdl.host.uart_bridge import COUNTERS as UART_COUNTERS
 from mrcnic.hdl.host.uart_bridge import UartBridge
+from mrcnic.regmap import HOST_LINK_COUNTERS
 from mrcnic.regmap import MAC_COUNTERS as REGISTER_MAC_COUNTERS
 
 __all__ = ["BOARD_NIC", "NicBoard"]
@@ -149,6 +151,8 @@ class NicBoard(wiring.Component):
         wiring.connect(m, nic.m_axi, memory.axi)
         for name in UART_COUNTERS:
             m.d.comb += getattr(self, f"stat_uart_{name}").eq(getattr(bridge, f"stat_{name}"))
+        for name, _ in HOST_LINK_COUNTERS:  # the same counters, for the NIC's COUNTERS block
+            m.d.comb += getattr(nic, f"stat_host_link_{name}").eq(getattr(bridge, f"stat_{name}"))
 
         heartbeat = Signal(24)
         m.d.sync += heartbeat.eq(heartbeat + 1)

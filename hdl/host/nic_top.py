@@ -14,7 +14,9 @@ Members: ``s_axil`` (AXI4-Lite subordinate, 16 address bits), ``m_axi`` (AXI4 ma
 its ID is one bit wider than the blocks' because the arbiter appends the manager), ``s_axis`` /
 ``m_axis`` (per plane), ``link_up`` (In: the MACs' link status; a plane is used when its link is up and
 its LINK_UP register is 1), ``mac_<name>`` (In, per plane: the Ethernet MACs' drop counters of
-``mrcnic.regmap.MAC_COUNTERS``, read in the PORT blocks; 0 when nothing drives them), and ``path_trace``
+``mrcnic.regmap.MAC_COUNTERS``, read in the PORT blocks), ``stat_host_link_<name>`` (In: the host link's
+counters of ``mrcnic.regmap.HOST_LINK_COUNTERS``, a board's UART bridge, read in the COUNTERS block; like
+the MAC counters 0 when nothing drives them), and ``path_trace``
 / ``path_trace_valid`` (every EV state-machine decision, for event logs and the system scoreboards).
 Everything else is reached through registers.
 
@@ -29,7 +31,7 @@ from amaranth import Module
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from mrcnic.regmap import MAC_COUNTERS, Capabilities, nic_register_map
+from mrcnic.regmap import HOST_LINK_COUNTERS, MAC_COUNTERS, Capabilities, nic_register_map
 
 from ..dma.axi import Axi4Signature
 from ..dma.axi_arbiter import AxiArbiter
@@ -40,15 +42,20 @@ from .axil import AxiLiteSignature
 from .queue_engine import QueueEngine
 from .register_file import RegisterFile
 
-__all__ = ["MrcNicTop", "mac_counter_shapes"]
+__all__ = ["MrcNicTop", "board_counter_shapes"]
 
 ID_WIDTH = 4  # of each block's AXI port; m_axi has one more bit
 
 
-def mac_counter_shapes(planes: int) -> dict:
-    """The ``mac_<name>`` ports of the MACs' counters (``mrcnic.regmap.MAC_COUNTERS``): one 32-bit counter
-    per plane each. MrcNicTop takes them as inputs; its register file reads them in the PORT blocks."""
-    return {f"mac_{name}": data.ArrayLayout(32, planes) for name in MAC_COUNTERS}
+def board_counter_shapes(planes: int) -> dict:
+    """The counters a board drives into MrcNicTop, by port name: ``mac_<name>`` for the MACs'
+    (``mrcnic.regmap.MAC_COUNTERS``, one 32-bit counter per plane each, read in the PORT blocks) and
+    ``stat_host_link_<name>`` for the host link's (``mrcnic.regmap.HOST_LINK_COUNTERS``, 32 bits, read in
+    the COUNTERS block)."""
+    return {
+        **{f"mac_{name}": data.ArrayLayout(32, planes) for name in MAC_COUNTERS},
+        **{f"stat_host_link_{name}": 32 for name, _ in HOST_LINK_COUNTERS},
+    }
 
 
 class MrcNicTop(wiring.Component):
@@ -84,11 +91,11 @@ class MrcNicTop(wiring.Component):
         self._engine = QueueEngine(qps=qps, data_width=data_width, id_width=ID_WIDTH)
         # The register file sees the core's and the engine's ports by name (the core's where both have
         # one: its streams are the tables' targets).
-        mac = mac_counter_shapes(planes)
+        self._board_counters = board = board_counter_shapes(planes)
         bound = {
             **self._engine.signature.members,
             **self._core.signature.members,
-            **{name: Out(shape) for name, shape in mac.items()},
+            **{name: Out(shape) for name, shape in board.items()},
         }
         self._regs = RegisterFile(nic_register_map(self.caps), wiring.Signature(bound))
         self._arbiter = AxiArbiter(managers=2, addr_width=64, data_width_bytes=data_width, id_width=ID_WIDTH)
@@ -105,8 +112,8 @@ class MrcNicTop(wiring.Component):
                 "path_trace_valid": Out(1),
                 # the MACs' link status: a plane is up when its link is and its LINK_UP register is 1
                 "link_up": In(planes, init=(1 << planes) - 1),
-                # the MACs' drop counters per plane, for the PORT blocks (0 without MACs)
-                **{name: In(shape) for name, shape in mac.items()},
+                # the MACs' drop counters per plane and the host link's counters (0 without them)
+                **{name: In(shape) for name, shape in board.items()},
             }
         )
 
@@ -148,7 +155,7 @@ class MrcNicTop(wiring.Component):
                 wiring.connect(m, fork.o[0], core.connect)
                 wiring.connect(m, fork.o[1], engine.connect)
                 continue
-            if name.startswith("mac_"):
+            if name in self._board_counters:
                 m.d.comb += getattr(regs, name).eq(getattr(self, name))
                 continue
             owner = next(o for o in owners if name in o.signature.members)

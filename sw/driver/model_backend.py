@@ -435,6 +435,8 @@ class ModelDevice(Transport):
 
     # -- counters ---------------------------------------------------------------------------------
     def _counter(self, name: str) -> int:
+        if name.startswith("host_link_"):
+            return 0  # the model is reached without a host link
         if name.startswith("host_"):
             return self.host_counts.get(name[5:], 0)
         total = 0

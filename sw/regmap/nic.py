@@ -18,6 +18,7 @@ from .model import Access, Block, BlockType, Register, RegisterMap
 __all__ = [
     "COUNTERS",
     "HOST_COUNTERS",
+    "HOST_LINK_COUNTERS",
     "MAC_COUNTERS",
     "MAGIC",
     "READ_BACK",
@@ -176,6 +177,8 @@ def _counter_step(c: Capabilities, block: str, name: str) -> int:
         return 1 + c.qps  # the segmenter flushes one request and abandons one per QP in a cycle
     if block == "host":
         return 2  # dma_errors has two sources (WQE reads, CQE writes); the rest one each
+    if (block, name) == ("host_link", "bad_frame"):
+        return 2  # the UART bridge counts a decoder's drop and a request's rejection in one cycle
     return 1
 
 
@@ -188,6 +191,20 @@ HOST_COUNTERS: tuple[tuple[str, str], ...] = (
     ("flushed", "WQEs completed FLUSHED on a QP in ERROR"),
     ("cq_full_stalls", "cycles a completion waited because the completion queue was full"),
     ("dma_errors", "WQE reads or CQE writes that returned an AXI error"),
+)
+
+# Counters of the host link in front of the register file (a board's UART bridge,
+# ``mrcnic.hdl.host.uart_bridge.COUNTERS``): MrcNicTop inputs ``stat_host_link_<name>``, wired by a board,
+# 0 where nothing drives them (a simulation's AXI4-Lite host). Read through the link they count, they
+# include every request before the read's own.
+HOST_LINK_COUNTERS: tuple[tuple[str, str], ...] = (
+    ("frames_ok", "host-link requests with a good CRC and a valid form (repeated ones included)"),
+    ("bad_crc", "host-link frames dropped: bad CRC"),
+    ("bad_frame", "host-link frames dropped (bad COBS, short, too long) or answered BAD_REQUEST"),
+    ("framing_errors", "host-link characters whose stop bit was low"),
+    ("bus_errors", "host-link register or memory accesses answered SLVERR or DECERR"),
+    ("timeouts", "host-link register or memory accesses that timed out"),
+    ("repeated", "host-link writes repeated by the host, answered without being performed again"),
 )
 
 
@@ -571,7 +588,9 @@ def nic_register_map(c: Capabilities | None = None) -> RegisterMap:
         )
     if c.host_queues:
         blocks += _queue_blocks(c)
-    groups = dict(COUNTERS, **({"host": HOST_COUNTERS} if c.host_queues else {}))
+    groups = dict(
+        COUNTERS, **({"host": HOST_COUNTERS} if c.host_queues else {}), host_link=HOST_LINK_COUNTERS
+    )
     counters = [
         R(
             f"{block}_{name}".upper(),
@@ -587,7 +606,8 @@ def nic_register_map(c: Capabilities | None = None) -> RegisterMap:
         Block(
             BlockType.COUNTERS,
             "counters",
-            "Event counters of the NIC core: 32 bits, wrapping; software takes differences. INFO = count.",
+            "Event counters of the NIC core, its queue engine and its host link: 32 bits, wrapping; software "
+            "takes differences. INFO = count.",
             counters,
             info=len(counters),
         )

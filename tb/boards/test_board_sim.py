@@ -21,7 +21,7 @@ driver's ``uart:`` transport (:class:`~mrcnic.driver.uart_backend.UartTransport`
   guard bytes around it are untouched;
 * per-plane port counters (NIC registers) show data frames on both planes; the MACs' drop counters, read
   by the driver in the PORT blocks and on the bench's outputs, show no FCS error, runt or overflow; the
-  UART bridges no bad frames.
+  UART bridges no bad frames, on their outputs and in the NIC's HOST_LINK_* counters alike.
 
 Seeds: the harness prints one (``SEED=<n>`` reproduces).
 """
@@ -245,10 +245,17 @@ async def rdma_write_over_both_planes(dut):
             assert mac[p]["rx_frames"] >= after[s][p]["rx_frames"] - before[s][p]["rx_frames"]
         # frames went both ways on every plane within the last 50 ms: every activity LED is lit
         assert int(getattr(dut, f"{s}_activity").value) == (1 << PLANES) - 1, s
+        # the bridge's counters, as the driver reads them from the NIC's COUNTERS block (HOST_LINK_*)
+        bridge_before = _counters(dut, s, "uart_", UART_COUNTERS)
+        registers = await nics[s].counters()
         bridge = _counters(dut, s, "uart_", UART_COUNTERS)
         dut._log.info("board %s UART bridge counters %s", s, bridge)
         for name in ("bad_crc", "bad_frame", "framing_errors", "bus_errors", "timeouts"):
             assert bridge[name] == 0, (s, name, bridge[name])
+            assert registers[f"host_link_{name}"] == 0, (s, name, registers)
+        # every request so far went through the bridge: the register saw the ones before its read
+        read = registers["host_link_frames_ok"]
+        assert 0 < bridge_before["frames_ok"] <= read <= bridge["frames_ok"], (s, bridge_before, read, bridge)
 
 
 @pytest.mark.long(seconds=470)

@@ -6,16 +6,18 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from amaranth.hdl import Shape
+from amaranth.hdl import Shape, unsigned
 from amaranth.lib import data
 
 from mrcnic.hdl.eth.counters import COUNTERS as ETH_COUNTERS
 from mrcnic.hdl.host.nic_top import MrcNicTop
+from mrcnic.hdl.host.uart_bridge import COUNTERS as UART_COUNTERS
 from mrcnic.hdl.nic import STATS, MrcNic, layout_only
 from mrcnic.regmap import (
     COUNTERS,
     CQE_BYTES,
     HEADER_WORDS,
+    HOST_LINK_COUNTERS,
     MAC_COUNTERS,
     TYPE_PREFIX,
     WQE_BYTES,
@@ -115,7 +117,7 @@ def test_bindings_match_the_nic(caps):
     )
     # The queue blocks bind to the host interface's queue engine, not to the core.
     regmap = nic_register_map(replace(caps, host_queues=False))
-    bound, mac_bindings = set(), set()
+    bound, mac_bindings, link_bindings = set(), set(), set()
     for block in regmap.blocks:
         if block.kind == BlockType.TABLE:
             record = nic.signature.members[block.table].signature.members["payload"].shape
@@ -135,6 +137,9 @@ def test_bindings_match_the_nic(caps):
             if r.binding.startswith("mac_"):  # the MACs' counters: inputs of MrcNicTop, not of the core
                 mac_bindings.add(r.binding)
                 continue
+            if r.binding.startswith("stat_host_link_"):  # the host link's: also inputs of MrcNicTop
+                link_bindings.add(r.binding)
+                continue
             width, init = _resolve(nic, r.binding)
             assert r.width >= width, f"{block.name}.{r.name} narrower than {r.binding}"
             if r.access == Access.RW and init is not None:
@@ -146,6 +151,12 @@ def test_bindings_match_the_nic(caps):
         member = top.signature.members[f"mac_{name}"]
         assert member.flow.name == "In" and member.shape == data.ArrayLayout(32, caps.planes), name
     assert set(MAC_COUNTERS) <= set(ETH_COUNTERS), "a MAC counter the Ethernet port does not keep"
+    assert link_bindings == {f"stat_host_link_{n}" for n, _ in HOST_LINK_COUNTERS}
+    for name in link_bindings:
+        member = top.signature.members[name]
+        assert member.flow.name == "In" and Shape.cast(member.shape) == unsigned(32), name
+    # the UART bridge keeps every one of them, under the same names
+    assert tuple(n for n, _ in HOST_LINK_COUNTERS) == UART_COUNTERS
     counters = {f"stat_{b}_{n}" for b, names in STATS.items() for n in names}
     assert {f"stat_{b}_{n}" for b, entries in COUNTERS.items() for n, _ in entries} == counters
     # every register input of the core is reachable from the host

@@ -10,7 +10,7 @@ from amaranth import ClockDomain, Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import Out
 
-from mrcnic.hdl.host.nic_top import mac_counter_shapes
+from mrcnic.hdl.host.nic_top import board_counter_shapes
 from mrcnic.hdl.host.register_file import RegisterFile
 from mrcnic.hdl.nic import core_signature
 from mrcnic.hdl.tx.path_selector import EvState
@@ -32,9 +32,9 @@ def new_seed() -> int:
 def make():
     params = {k: getattr(CAPS, k) for k in ("planes", "qps", "ev_slots", "backups", "mrs", "destinations")}
     regmap = nic_register_map(CAPS)
-    # the register file sees the core's ports and the MAC counter inputs of MrcNicTop
+    # the register file sees the core's ports and the counter inputs of MrcNicTop (MACs, host link)
     ports = {**core_signature(**params).members}
-    ports.update({name: Out(shape) for name, shape in mac_counter_shapes(CAPS.planes).items()})
+    ports.update({name: Out(shape) for name, shape in board_counter_shapes(CAPS.planes).items()})
     return regmap, RegisterFile(regmap, wiring.Signature(ports))
 
 
