@@ -11,8 +11,9 @@
   build time; on failure, the tool's error lines too.
 
 The build fails (exit status 1, the failing clocks or the tool's error named on the terminal) when the
-design does not fit or a clock misses its target; ``--allow-timing-fail`` keeps the bitstream anyway
-(still reported). Nothing is programmed.
+design does not fit, when router2 stops converging (no fewer overused wires in ``--route-patience``
+iterations: nextpnr would go on for hours, see :class:`RouteStallWatch`) or when a clock misses its
+target; ``--allow-timing-fail`` keeps the bitstream anyway (still reported). Nothing is programmed.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -31,7 +34,12 @@ from mrcnic.toolchain import apply_tool_environment
 from .board_top import BOARDS, ETH_HZ, BoardTop, nic_setting
 from .nic_board import BOARD_NIC
 
-__all__ = ["build_board", "clock_domain", "main"]
+__all__ = ["RouteStallWatch", "build_board", "clock_domain", "main"]
+
+# Iterations router2 may go without fewer overused wires before the build stops it. The ECPIX-5's
+# routes converged steadily (0 after 75 and 98 iterations); the ones that never did reached their
+# fewest overused wires by iteration 11-25 and then climbed for as long as they ran (docs/boards.md).
+ROUTE_PATIENCE = 25
 
 # Yosys's ECP5 script, in two halves around one step: after ``memory_collect`` the host memory's ports are
 # marked as having undefined read-during-write (``no_rw_check``, which Yosys's RTLIL frontend does not
@@ -77,6 +85,85 @@ def _log_utilisation(log: Path) -> dict:
     return {cell: {"used": int(used), "available": int(avail)} for cell, used, avail in found}
 
 
+class RouteStallWatch:
+    """Follows nextpnr's log for router2's progress lines (``iter=N wires=W overused=O ...``) and says
+    when routing has stopped converging: ``patience`` iterations after the fewest overused wires so far
+    without fewer. :meth:`feed` takes one log line and returns the reason to stop, or None."""
+
+    PROGRESS = re.compile(r"\biter=(\d+) wires=\d+ overused=(\d+)")
+
+    def __init__(self, patience: int = ROUTE_PATIENCE):
+        self.patience = patience
+        self.best: tuple[int, int] | None = None  # (overused wires, iteration)
+
+    def feed(self, line: str) -> str | None:
+        match = self.PROGRESS.search(line)
+        if not match or self.patience <= 0:
+            return None
+        iteration, overused = int(match[1]), int(match[2])
+        if self.best is None or overused < self.best[0]:
+            self.best = (overused, iteration)
+        elif iteration - self.best[1] >= self.patience:
+            return (
+                f"routing does not converge: {overused} overused wires at router2 iteration {iteration}, "
+                f"none fewer than {self.best[0]} (iteration {self.best[1]}) in {self.patience} iterations; "
+                "the design is too dense or too congested for this device (docs/boards.md, "
+                '"Fitting the smaller boards"); --route-patience 0 lets nextpnr go on'
+            )
+        return None
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux ``/proc``); empty where there is no ``/proc``."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def stop_processes(pattern: str, parent: int | None = None) -> int:
+    """SIGTERM to every process below ``parent`` (default: this one) whose command line holds
+    ``pattern``; returns how many were signalled."""
+    count = 0
+    for pid in _descendants(os.getpid() if parent is None else parent):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if pattern in command:
+                os.kill(pid, signal.SIGTERM)
+                count += 1
+        except OSError:
+            continue
+    return count
+
+
+def _watch_routing(log: Path, watch: RouteStallWatch, done: threading.Event, verdict: list) -> None:
+    """Thread body: follow ``log`` as nextpnr writes it; on a stall, note the reason and stop nextpnr."""
+    position = 0
+    while not done.wait(2.0):
+        if not log.exists():
+            continue
+        with log.open(errors="replace") as f:
+            f.seek(position)
+            text = f.read()
+        complete = text.rfind("\n") + 1  # whole lines only; the rest is read again next time
+        position += len(text[:complete].encode())
+        for line in text[:complete].splitlines():
+            reason = watch.feed(line)
+            if reason:
+                verdict.append(reason)
+                stop_processes("nextpnr")
+                return
+
+
 def _targets(spec, core_hz: float) -> dict:
     targets = {"core": core_hz / 1e6, "eth_tx": ETH_HZ / 1e6}
     targets.update({f"eth_rx{p}": ETH_HZ / 1e6 for p in range(spec.planes)})
@@ -93,8 +180,10 @@ def build_board(
     placer: str = "static",
     nic: dict | None = None,
     core_hz: float | None = None,
+    route_patience: int = ROUTE_PATIENCE,
 ) -> dict:
-    """Build ``board``; returns the report (also written as report.json). Raises SystemExit(1) on failure."""
+    """Build ``board``; returns the report (also written as report.json). Raises SystemExit(1) on failure.
+    ``route_patience``: router2 iterations without progress before the build stops it (0: never)."""
     apply_tool_environment()
     os.environ.setdefault("OPENFPGALOADER", "true")  # amaranth-boards names it; nothing is programmed
     spec = BOARDS[board]
@@ -104,7 +193,7 @@ def build_board(
     build_dir = build_root / board
     build_dir.mkdir(parents=True, exist_ok=True)
     name = f"mrcnic_{board}"
-    for stale in ("nextpnr-report.json", f"{name}.bit", "report.json"):
+    for stale in ("nextpnr-report.json", f"{name}.bit", "report.json", f"{name}.tim"):
         (build_dir / stale).unlink(missing_ok=True)
     report = {
         "board": board,
@@ -119,6 +208,14 @@ def build_board(
     }
     started = time.monotonic()
     error = None
+    stalled: list[str] = []
+    routing_done = threading.Event()
+    watcher = threading.Thread(
+        target=_watch_routing,
+        args=(build_dir / f"{name}.tim", RouteStallWatch(route_patience), routing_done, stalled),
+        daemon=True,
+    )
+    watcher.start()
     try:
         # nextpnr keeps going on failed timing, so the report is written in every case; we judge below.
         platform.build(
@@ -136,7 +233,10 @@ def build_board(
     except Exception as exc:  # the toolchain's own failure (does not fit, bad constraint, ...)
         log = build_dir / f"{name}.tim"
         lines = log.read_text().splitlines() if log.exists() else []
-        error = [line for line in lines if "ERROR" in line] or [str(exc).splitlines()[-1]]
+        error = stalled or [line for line in lines if "ERROR" in line] or [str(exc).splitlines()[-1]]
+    finally:
+        routing_done.set()
+        watcher.join()
     report["seconds"] = round(time.monotonic() - started, 1)
 
     nextpnr = build_dir / "nextpnr-report.json"
@@ -222,6 +322,13 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--core-mhz", type=float, default=None, help="core clock (default: the board's; the PLL must make it)"
     )
+    parser.add_argument(
+        "--route-patience",
+        type=int,
+        default=ROUTE_PATIENCE,
+        metavar="N",
+        help="stop when router2 goes N iterations without fewer overused wires (0: never)",
+    )
     args = parser.parse_args(argv)
     nic = dict(args.nic)
     build_board(
@@ -233,6 +340,7 @@ def main(argv=None) -> None:
         placer=args.placer,
         nic=nic,
         core_hz=args.core_mhz * 1e6 if args.core_mhz else None,
+        route_patience=args.route_patience,
     )
 
 

@@ -5,11 +5,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
+import subprocess
+import sys
+import threading
 
 import pytest
 
 from mrcnic.boards.board_top import BOARDS, ETH_HZ, BoardTop, nic_setting
-from mrcnic.boards.build import _log_utilisation, build_board, clock_domain
+from mrcnic.boards.build import (
+    RouteStallWatch,
+    _log_utilisation,
+    _watch_routing,
+    build_board,
+    clock_domain,
+    stop_processes,
+)
 from mrcnic.boards.ecp5_pll import VCO_HZ, pll_dividers
 from mrcnic.toolchain import apply_tool_environment
 
@@ -59,6 +70,62 @@ def test_utilisation_is_read_from_the_log_when_placement_fails(tmp_path):
         "TRELLIS_COMB": {"used": 56331, "available": 43848},
     }
     assert _log_utilisation(tmp_path / "missing.tim") == {}
+
+
+def _router_log(overused: list[int]) -> list[str]:
+    return [
+        f"Info:     iter={i} wires={700000 + i} overused={o} overuse={o + 9} archfail=NA"
+        for i, o in enumerate(overused, 1)
+    ]
+
+
+def test_route_stall_watch_stops_a_route_that_no_longer_converges():
+    # a converging route (fewer overused wires now and then, plateaus shorter than the patience) goes on
+    converging = [55120, 34596, 23015] + [900] * 9 + [400] * 9 + [0]
+    watch = RouteStallWatch(patience=10)
+    assert [watch.feed(line) for line in _router_log(converging)] == [None] * len(converging)
+    # the Versa route of 2026-12-04: fewest overused wires at iteration 11, then climbing
+    stalled = [55120, 34596, 23015, 15000, 11000, 9000, 8500, 8000, 7800, 7700, 7653] + [
+        7708 + 50 * i for i in range(20)
+    ]
+    watch = RouteStallWatch(patience=10)
+    reasons = [watch.feed(line) for line in _router_log(stalled)]
+    first = next(i for i, r in enumerate(reasons) if r)
+    assert first + 1 == 21  # iteration 21: ten after the fewest
+    assert "7653 (iteration 11)" in reasons[first] and "does not converge" in reasons[first]
+    # placer lines and other text are not router progress; patience 0 never stops
+    assert RouteStallWatch(1).feed("Info: iter=226 steplen=0.46 a=115.18 penalty=[0.00]") is None
+    quiet = RouteStallWatch(0)
+    assert all(quiet.feed(line) is None for line in _router_log(stalled))
+
+
+def _sleeper(marker: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker])
+
+
+def test_a_stalled_route_stops_nextpnr(tmp_path):
+    """The build's watcher follows the log as it grows and stops the processes named nextpnr below it,
+    and only those."""
+    nextpnr, bystander = _sleeper("fake-nextpnr-ecp5"), _sleeper("fake-yosys")
+    try:
+        log = tmp_path / "x.tim"
+        log.write_text("Info: Running router2...\n")
+        done, verdict = threading.Event(), []
+        watcher = threading.Thread(target=_watch_routing, args=(log, RouteStallWatch(3), done, verdict))
+        watcher.start()
+        with log.open("a") as f:
+            for line in _router_log([900, 500, 600, 700, 800, 900]):
+                f.write(line + "\n")
+        watcher.join(timeout=30)
+        assert not watcher.is_alive() and len(verdict) == 1 and "500 (iteration 2)" in verdict[0]
+        assert nextpnr.wait(timeout=10) == -signal.SIGTERM
+        assert bystander.poll() is None
+    finally:
+        done.set()
+        for process in (nextpnr, bystander):
+            process.kill()
+            process.wait()
+    assert stop_processes("fake-nextpnr-ecp5") == 0  # nothing left to stop
 
 
 def test_unknown_board_is_a_clear_error():
