@@ -41,7 +41,9 @@ Ethernet src/dst = ``port_mac[plane]`` / ``next_hop_mac[plane]``. ``port_up`` is
 record is taken.
 
 Timing. A record is taken into a one-entry stage while its template is read (one cycle); the header is
-then built combinationally and loaded into a shift register that emits W bytes per beat. (Picking each
+then built combinationally and loaded into a shift register that emits W bytes per beat: from its byte
+0 in SRv6 mode, from its byte 40 in single-IPv6 mode, so the inner IPv6 header and what follows sit at
+the same place in both modes and only 14 bytes of the load depend on the mode. (Picking each
 beat from a registered header by beat index takes about 500 LUT4s fewer, but its multiplexer (1,216 bits
 into 64) left the ECPIX-5 unroutable: router2 stalled at a few hundred overused wires with two seeds; the
 shifter's wires are local.) The next header loads in the cycle the previous one's last beat leaves, so the
@@ -72,6 +74,9 @@ EXT_BYTES = {Opcode.SACK: 36, Opcode.NACK: 20, Opcode.ACK: 4}
 # Largest frame without ICRC: SRv6 SACK (§2.3: 154 bytes with the ICRC).
 MAX_FRAME_BYTES = 14 + 40 + 40 + 8 + 12 + max(EXT_BYTES.values())
 OOO_COUNT_MAX = 0x7FFF  # CC_STATE ooo_count is 15 bits on the wire, saturating (§7.2)
+# Where a single-IPv6 frame starts in the emitter's shift register: its Ethernet header ends where the
+# SRv6 frame's outer IPv6 header does (byte 54), so everything after it is laid out alike in both modes.
+SINGLE_START = 54 - 14
 
 
 def response_layout(qps: int, destinations: int) -> data.StructLayout:
@@ -284,22 +289,33 @@ class ResponseBuilder(wiring.Component):
             m.d.comb += ext.eq(hdr.to_wire(neth))
         with m.Else():
             m.d.comb += ext.eq(hdr.to_wire(aeth))
+        # Both modes share one layout from byte 54 on (inner IPv6 onwards), so only bytes 40..53 differ:
+        # SRv6 frames start at byte 0 (Ethernet, outer IPv6), single-IPv6 frames at byte 40 (Ethernet).
         after_ip = Cat(hdr.to_wire(udp), hdr.to_wire(bth), ext)
-        srv6_bytes = Cat(hdr.to_wire(eth), hdr.to_wire(outer), hdr.to_wire(inner), after_ip)
-        single_bytes = Cat(hdr.to_wire(eth), hdr.to_wire(inner), after_ip)
+        eth_outer = Cat(hdr.to_wire(eth), hdr.to_wire(outer))
+        loaded = Cat(
+            eth_outer[: 8 * SINGLE_START],
+            Mux(cfg.srv6, eth_outer[8 * SINGLE_START :], hdr.to_wire(eth)),
+            hdr.to_wire(inner),
+            after_ip,
+        )
         frame_length = Mux(cfg.srv6, 14 + 80 + 20, 14 + 40 + 20) + ext_len
 
         # -- 4. emit: a shift register of whole beats, W bytes out per beat, every beat full but the last.
-        header_beats = -(-MAX_FRAME_BYTES // w)
+        # A frame's beat is taken at byte 0 of the register (SRv6) or at byte 40 (single IPv6).
+        header_beats = -(-MAX_FRAME_BYTES // w)  # the largest single-IPv6 frame ends there too
         shifter = Signal(8 * w * header_beats)
+        frame_srv6 = Signal()  # the mode of the frame in the register
         remaining = Signal(range(MAX_FRAME_BYTES + 1))  # bytes still to send; 0 = idle
         m.submodules.icrc = icrc = IcrcInserter(data_width=w)
         beat_out = icrc.i
         last_beat = remaining <= w
         m.d.comb += [
-            icrc.skip.eq(Mux(cfg.srv6, 54, 14)),  # the outer IPv6 header is not covered (§8)
+            icrc.skip.eq(Mux(frame_srv6, 54, 14)),  # the outer IPv6 header is not covered (§8)
             beat_out.valid.eq(remaining != 0),
-            beat_out.payload.data.eq(shifter[: 8 * w]),
+            beat_out.payload.data.eq(
+                Mux(frame_srv6, shifter[: 8 * w], shifter[8 * SINGLE_START : 8 * (SINGLE_START + w)])
+            ),
             beat_out.payload.keep.eq(Mux(last_beat, (Const(1, w + 1) << remaining) - 1, (1 << w) - 1)),
             beat_out.payload.last.eq(last_beat),
         ]
@@ -319,7 +335,8 @@ class ResponseBuilder(wiring.Component):
         ]
         with m.If(load):  # after the shift above: the new frame wins in the cycle the old one ends
             m.d.sync += [
-                shifter.eq(Mux(cfg.srv6, srv6_bytes, single_bytes)),
+                shifter.eq(loaded),
+                frame_srv6.eq(cfg.srv6),
                 remaining.eq(frame_length),
             ]
             with m.If(is_sack):

@@ -34,6 +34,8 @@ PLANE_BEATS_BITS = 14
 L4_OVERHEAD = 8 + 12 + 4 + 4 + 16 + 4
 # A probe after that IPv6 header: UDP, BTH, PETH and the ICRC.
 PROBE_L4_LENGTH = 8 + 12 + 16 + 4
+# Where a single-IPv6 header starts in the header register when the beat width divides it (see step 2).
+SINGLE_START = 54 - 14
 
 
 def packet_beats_bound(length, data_width: int):
@@ -201,11 +203,28 @@ class HeaderBuilder(wiring.Component):
         write_after_ip = Cat(*(hdr.to_wire(h) for h in (udp, bth, meth, tseth, reth, immdt)))
         probe_after_ip = Cat(*(hdr.to_wire(h) for h in (udp, bth, peth)))
         after_ip = Mux(probe, probe_after_ip, write_after_ip)
-        srv6_bytes = Cat(hdr.to_wire(eth), hdr.to_wire(outer), hdr.to_wire(inner), after_ip)
-        single_bytes = Cat(hdr.to_wire(eth), hdr.to_wire(inner), after_ip)
-        header_beats = -(-MAX_HEADER_BYTES // w)
+        eth_outer = Cat(hdr.to_wire(eth), hdr.to_wire(outer))
+        if SINGLE_START % w == 0:
+            # A single-IPv6 header starts at beat 40 / W of the register, its Ethernet header ending where
+            # the SRv6 one's outer IPv6 header does: from the inner IPv6 header on, both modes are laid
+            # out alike, and only 14 bytes of the load depend on the mode.
+            loaded = Cat(
+                eth_outer[: 8 * SINGLE_START],
+                Mux(cfg.srv6, eth_outer[8 * SINGLE_START :], hdr.to_wire(eth)),
+                hdr.to_wire(inner),
+                after_ip,
+            )
+            start, first_beat = Mux(cfg.srv6, 0, SINGLE_START), Mux(cfg.srv6, 0, SINGLE_START // w)
+        else:  # beats wider than 8 bytes: each mode from byte 0
+            loaded = Mux(
+                cfg.srv6,
+                Cat(eth_outer, hdr.to_wire(inner), after_ip),
+                Cat(hdr.to_wire(eth), hdr.to_wire(inner), after_ip),
+            )
+            start = first_beat = 0
+        header_beats = -(-MAX_HEADER_BYTES // w)  # the largest single-IPv6 header ends there too
         header = Signal(8 * w * header_beats)  # whole beats, so word_select never runs off the end
-        header_length = Signal(range(MAX_HEADER_BYTES + 1))
+        header_end = Signal(range(MAX_HEADER_BYTES + 1))  # byte of the register after the header
         beat = Signal(range(header_beats + 1))
         plane = Signal.like(job.plane)
         beats = Signal(PLANE_BEATS_BITS)
@@ -216,14 +235,14 @@ class HeaderBuilder(wiring.Component):
             with m.State("IDLE"):
                 with m.If(parked.r_rdy):
                     m.d.sync += [
-                        header.eq(Mux(cfg.srv6, srv6_bytes, single_bytes)),
-                        header_length.eq(
-                            Mux(probe, Mux(cfg.srv6, 130, 90), Mux(cfg.srv6, 138, 98) + 4 * imm)
+                        header.eq(loaded),
+                        header_end.eq(
+                            start + Mux(probe, Mux(cfg.srv6, 130, 90), Mux(cfg.srv6, 138, 98) + 4 * imm)
                         ),
                         header_only.eq(probe),
                         plane.eq(job.plane),
                         beats.eq(packet_beats_bound(d.length, w)),
-                        beat.eq(0),
+                        beat.eq(first_beat),
                     ]
                     m.d.comb += parked.r_en.eq(1)
                     m.next = "PLANE"
@@ -238,7 +257,7 @@ class HeaderBuilder(wiring.Component):
             with m.State("HEADER"):
                 remaining = Signal(range(MAX_HEADER_BYTES + 1))
                 m.d.comb += [
-                    remaining.eq(header_length - beat * w),
+                    remaining.eq(header_end - beat * w),
                     self.packet.valid.eq(1),
                     self.packet.payload.data.eq(header.word_select(beat, 8 * w)),
                     self.packet.payload.keep.eq(
