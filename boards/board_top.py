@@ -70,7 +70,7 @@ BOARDS = {
     ),
     "ecpix5": BoardSpec(
         # One plane: a 31.25 MHz core moves 2 Gb/s (8 bytes a beat), twice the line rate. The whole NIC
-        # does not meet 62.5 MHz yet (45.9 MHz after routing at 3f91191, docs/boards.md).
+        # does not meet 62.5 MHz yet (45.1 MHz after routing at 931f604, docs/boards.md).
         platform=ECPIX585Platform,
         planes=1,
         core_hz=31.25e6,
