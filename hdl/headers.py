@@ -12,7 +12,7 @@ header puts its first field in the most significant bits of byte 0; :func:`from_
 (No ``from __future__ import annotations`` here: ``data.Struct`` reads its annotations as shapes.)
 """
 
-from amaranth import Cat, Value
+from amaranth import Cat, Mux, Value
 from amaranth.hdl import ShapeCastable
 from amaranth.lib import data
 
@@ -34,6 +34,8 @@ __all__ = [
     "Srh",
     "Tseth",
     "Udp",
+    "SINGLE_IPV6_START",
+    "both_modes_stack",
     "from_wire",
     "to_wire",
     "wire_bytes",
@@ -304,3 +306,21 @@ def to_wire(view: data.View) -> Value:
     fields = list(_wire_fields(layout))
     big_endian = Cat(*(raw[field.offset : field.offset + field.width] for field, _ in reversed(fields)))
     return _byte_swap(big_endian, nbytes)
+
+
+# Where a single-IPv6 frame starts in :func:`both_modes_stack`: its Ethernet header (14 bytes) then ends
+# where an SRv6 frame's outer IPv6 header does (byte 54).
+SINGLE_IPV6_START = 40
+
+
+def both_modes_stack(
+    srv6: Value, ethernet: data.View, outer: data.View, inner: data.View, rest: Value
+) -> Value:
+    """The wire bytes of a header stack laid out for both addressing modes (docs/protocol.md §2.1,
+    §2.2): with ``srv6``, Ethernet | outer IPv6 | inner IPv6 | ``rest`` from byte 0; without, Ethernet |
+    inner IPv6 | ``rest`` from byte :data:`SINGLE_IPV6_START`. Everything from the inner IPv6 header on
+    sits at the same place in both modes, so only the 14 bytes before it depend on ``srv6`` (a register
+    loaded with ``Mux(srv6, srv6_stack, single_stack)`` would multiplex every byte)."""
+    eth_outer = Cat(to_wire(ethernet), to_wire(outer))
+    split = 8 * SINGLE_IPV6_START
+    return Cat(eth_outer[:split], Mux(srv6, eth_outer[split:], to_wire(ethernet)), to_wire(inner), rest)

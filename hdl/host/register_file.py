@@ -123,8 +123,8 @@ class RegisterFile(wiring.Component):
         # Words whose value only the bus changes (constants, and read/write registers that no read-back
         # answer loads) are read from the read-back memory instead: {word: (reset value, valid bits)}.
         shadowed: dict[int, tuple[int, int]] = {}
-        # Event counters (``max_step``): read from the counter bank, {word: (port value, max step)}.
-        banked: dict[int, tuple[Value, int]] = {}
+        # Event counters (``max_step``): read from the counter bank, {word: port value}.
+        banked: dict[int, Value] = {}
 
         def word(address: int) -> int:
             return address >> 2
@@ -186,7 +186,7 @@ class RegisterFile(wiring.Component):
                 elif r.binding is not None:
                     value = Value.cast(_select(self, r.binding))
                     if r.max_step:
-                        banked[first] = (value, r.max_step)
+                        banked[first] = value
                         continue
                     for w in range(r.words):
                         reads[first + w] = value[32 * w : 32 * w + 32]
@@ -198,7 +198,7 @@ class RegisterFile(wiring.Component):
         bank_words = sorted(banked)
         m.submodules.counters = bank = CounterBank(**self._bank_params)
         for i, w in enumerate(bank_words):
-            m.d.comb += bank.sample[i].eq(banked[w][0][: bank.sample_width])
+            m.d.comb += bank.sample[i].eq(banked[w][: bank.sample_width])
 
         # -- read-back memory: the bus's reads of ``shadowed`` words come from block RAM, not from a
         # multiplexer over the registers. Upper half: the live copy, written with the registers; lower

@@ -74,9 +74,6 @@ EXT_BYTES = {Opcode.SACK: 36, Opcode.NACK: 20, Opcode.ACK: 4}
 # Largest frame without ICRC: SRv6 SACK (§2.3: 154 bytes with the ICRC).
 MAX_FRAME_BYTES = 14 + 40 + 40 + 8 + 12 + max(EXT_BYTES.values())
 OOO_COUNT_MAX = 0x7FFF  # CC_STATE ooo_count is 15 bits on the wire, saturating (§7.2)
-# Where a single-IPv6 frame starts in the emitter's shift register: its Ethernet header ends where the
-# SRv6 frame's outer IPv6 header does (byte 54), so everything after it is laid out alike in both modes.
-SINGLE_START = 54 - 14
 
 
 def response_layout(qps: int, destinations: int) -> data.StructLayout:
@@ -289,16 +286,10 @@ class ResponseBuilder(wiring.Component):
             m.d.comb += ext.eq(hdr.to_wire(neth))
         with m.Else():
             m.d.comb += ext.eq(hdr.to_wire(aeth))
-        # Both modes share one layout from byte 54 on (inner IPv6 onwards), so only bytes 40..53 differ:
-        # SRv6 frames start at byte 0 (Ethernet, outer IPv6), single-IPv6 frames at byte 40 (Ethernet).
+        # SRv6 frames start at byte 0 of the stack, single-IPv6 frames at byte 40 (hdr.both_modes_stack).
         after_ip = Cat(hdr.to_wire(udp), hdr.to_wire(bth), ext)
-        eth_outer = Cat(hdr.to_wire(eth), hdr.to_wire(outer))
-        loaded = Cat(
-            eth_outer[: 8 * SINGLE_START],
-            Mux(cfg.srv6, eth_outer[8 * SINGLE_START :], hdr.to_wire(eth)),
-            hdr.to_wire(inner),
-            after_ip,
-        )
+        loaded = hdr.both_modes_stack(cfg.srv6, eth, outer, inner, after_ip)
+        single = hdr.SINGLE_IPV6_START
         frame_length = Mux(cfg.srv6, 14 + 80 + 20, 14 + 40 + 20) + ext_len
 
         # -- 4. emit: a shift register of whole beats, W bytes out per beat, every beat full but the last.
@@ -314,7 +305,7 @@ class ResponseBuilder(wiring.Component):
             icrc.skip.eq(Mux(frame_srv6, 54, 14)),  # the outer IPv6 header is not covered (§8)
             beat_out.valid.eq(remaining != 0),
             beat_out.payload.data.eq(
-                Mux(frame_srv6, shifter[: 8 * w], shifter[8 * SINGLE_START : 8 * (SINGLE_START + w)])
+                Mux(frame_srv6, shifter[: 8 * w], shifter[8 * single : 8 * (single + w)])
             ),
             beat_out.payload.keep.eq(Mux(last_beat, (Const(1, w + 1) << remaining) - 1, (1 << w) - 1)),
             beat_out.payload.last.eq(last_beat),

@@ -34,8 +34,6 @@ PLANE_BEATS_BITS = 14
 L4_OVERHEAD = 8 + 12 + 4 + 4 + 16 + 4
 # A probe after that IPv6 header: UDP, BTH, PETH and the ICRC.
 PROBE_L4_LENGTH = 8 + 12 + 16 + 4
-# Where a single-IPv6 header starts in the header register when the beat width divides it (see step 2).
-SINGLE_START = 54 - 14
 
 
 def packet_beats_bound(length, data_width: int):
@@ -203,22 +201,16 @@ class HeaderBuilder(wiring.Component):
         write_after_ip = Cat(*(hdr.to_wire(h) for h in (udp, bth, meth, tseth, reth, immdt)))
         probe_after_ip = Cat(*(hdr.to_wire(h) for h in (udp, bth, peth)))
         after_ip = Mux(probe, probe_after_ip, write_after_ip)
-        eth_outer = Cat(hdr.to_wire(eth), hdr.to_wire(outer))
-        if SINGLE_START % w == 0:
-            # A single-IPv6 header starts at beat 40 / W of the register, its Ethernet header ending where
-            # the SRv6 one's outer IPv6 header does: from the inner IPv6 header on, both modes are laid
-            # out alike, and only 14 bytes of the load depend on the mode.
-            loaded = Cat(
-                eth_outer[: 8 * SINGLE_START],
-                Mux(cfg.srv6, eth_outer[8 * SINGLE_START :], hdr.to_wire(eth)),
-                hdr.to_wire(inner),
-                after_ip,
-            )
-            start, first_beat = Mux(cfg.srv6, 0, SINGLE_START), Mux(cfg.srv6, 0, SINGLE_START // w)
+        single = hdr.SINGLE_IPV6_START
+        if single % w == 0:
+            # A single-IPv6 header starts at beat 40 / W of the register (hdr.both_modes_stack): only 14
+            # bytes of the load depend on the mode.
+            loaded = hdr.both_modes_stack(cfg.srv6, eth, outer, inner, after_ip)
+            start, first_beat = Mux(cfg.srv6, 0, single), Mux(cfg.srv6, 0, single // w)
         else:  # beats wider than 8 bytes: each mode from byte 0
             loaded = Mux(
                 cfg.srv6,
-                Cat(eth_outer, hdr.to_wire(inner), after_ip),
+                Cat(hdr.to_wire(eth), hdr.to_wire(outer), hdr.to_wire(inner), after_ip),
                 Cat(hdr.to_wire(eth), hdr.to_wire(inner), after_ip),
             )
             start = first_beat = 0

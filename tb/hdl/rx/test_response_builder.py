@@ -390,6 +390,62 @@ def test_reverse_path_rule_cases():
 
 
 @pytest.mark.parametrize("w", [8, 32])
+def test_each_frame_keeps_the_mode_it_was_built_in(w):
+    """SRV6 switched off while an SRv6 frame waits in the emitter (output held): that frame still goes
+    out whole in SRv6 mode (the emitter takes its beats where that mode's layout put them), the next one
+    in single-IPv6 mode; and back. Frames byte-exact, ICRC checked, scapy decode."""
+    rng = random.Random(11)
+    setup = Setup(rng, planes=2, srv6=True)
+    dut = ResponseBuilder(data_width=w, planes=2, qps=QPS, destinations=DESTS)
+    records = []
+    for kind in (Opcode.SACK, Opcode.NACK, Opcode.ACK):
+        rec = setup.random_record()
+        rec["opcode"] = int(kind)
+        records.append(rec)
+    modes = [True, False, True]
+    released, got = [], []
+
+    async def source(ctx):
+        if setup.dscp is not None:
+            ctx.set(dut.dscp_control, setup.dscp)
+        for d, route in enumerate(setup.routes):
+            await stream_put(ctx, dut.route_configure, Setup.template(d, route))
+        setup.srv6 = modes[0]
+        ctx.set(dut.config, setup.config())
+        for i, rec in enumerate(records):
+            await stream_put(ctx, dut.response, rec)
+            await ctx.tick().until(dut.o.valid)  # the frame is in the emitter, its first beat offered
+            setup.srv6 = not modes[i]  # the other mode while it waits (the next frame's, if any)
+            ctx.set(dut.config, setup.config())
+            for _ in range(5):
+                await ctx.tick()
+            released.append(True)
+            while len(got) <= i:  # the next record only once this frame is out
+                await ctx.tick()
+
+    async def sink(ctx):
+        for _ in records:
+            while len(released) <= len(got):
+                await ctx.tick()
+            raw = b""
+            while True:
+                beat = await stream_get(ctx, dut.o, stall=0.3, rng=rng)
+                raw += beat.data.to_bytes(w, "little")[: bin(beat.keep).count("1")]
+                if beat.last:
+                    break
+            got.append(raw)
+
+    run(dut, source, sink, name=f"response_builder_mode_switch_{w}")
+    for raw, rec, srv6 in zip(got, records, modes, strict=True):
+        setup.srv6 = srv6
+        _, want = setup.expected(rec, 0b11, setup.routes)
+        assert raw == want, f"{'SRv6' if srv6 else 'single'} frame:\n got {raw.hex()}\nwant {want.hex()}"
+        frame = wire.decode(raw, check_icrc=True)
+        assert frame.srv6 == srv6
+        setup.scapy_check(raw, rec, frame.ev >> 29 & 1, setup.routes)
+
+
+@pytest.mark.parametrize("w", [8, 32])
 def test_back_to_back_frames_have_few_idle_cycles(w):
     """Records offered back to back, output always ready: the gaps between frames stay small."""
     rng = random.Random(3)
