@@ -95,7 +95,8 @@ def _fixed(value: float, fraction_bits: int) -> int:
 class MrcNic(wiring.Component):
     """Parameters: ``data_width`` (bytes per beat), ``planes``, ``qps``, ``ev_slots``, ``backups`` (reserve
     EVs per QP and plane), ``window`` (PSNs), ``mrs`` (memory regions), ``destinations`` (route
-    templates), ``clock_hz`` (core clock: register defaults in cycles and the 128 ns tick follow it).
+    templates; 0 builds the NIC without SRv6: single-IPv6 frames only, docs/protocol.md §2.2),
+    ``clock_hz`` (core clock: register defaults in cycles and the 128 ns tick follow it).
     """
 
     def __init__(
@@ -160,7 +161,12 @@ class MrcNic(wiring.Component):
             # the host reads an EV slot back: {qp, slot} in, {ev, state} out, one at a time, in order
             "ev_read": In(tx_ports["ev_read"].signature.flip()),
             "ev_read_answer": Out(tx_ports["ev_read_answer"].signature),
-            "route_configure": In(tx_ports["route_configure"].signature.flip()),
+            # route templates (none without SRv6: the pipelines drop what their own port gets)
+            **(
+                {"route_configure": In(tx_ports["route_configure"].signature.flip())}
+                if destinations > 0
+                else {}
+            ),
             "rx_qp_configure": In(rx_ports["qp_configure"].signature.flip()),
             "mr_configure": In(rx_ports["mr_configure"].signature.flip()),
             "post_receive": In(rx_ports["post_receive"].signature.flip()),
@@ -277,10 +283,11 @@ class MrcNic(wiring.Component):
         wiring.connect(m, rx.receive_completion, wiring.flipped(self.receive_completion))
 
         # One route table write goes to both sides: data (TX) and answers on the reverse path (RX).
-        m.submodules.route_fork = route_fork = StreamFork(self.route_configure.payload.shape(), 2)
-        wiring.connect(m, wiring.flipped(self.route_configure), route_fork.i)
-        wiring.connect(m, route_fork.o[0], tx.route_configure)
-        wiring.connect(m, route_fork.o[1], rx.route_configure)
+        if self.destinations > 0:
+            m.submodules.route_fork = route_fork = StreamFork(self.route_configure.payload.shape(), 2)
+            wiring.connect(m, wiring.flipped(self.route_configure), route_fork.i)
+            wiring.connect(m, route_fork.o[0], tx.route_configure)
+            wiring.connect(m, route_fork.o[1], rx.route_configure)
 
         # Connecting a QP's sending side sets its sequence numbers, its scoreboard and its window.
         m.submodules.connect_fork = connect_fork = StreamFork(connect_layout(qps), 4)

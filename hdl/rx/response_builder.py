@@ -117,14 +117,16 @@ def output_layout(data_width: int, planes: int) -> data.StructLayout:
 
 class ResponseBuilder(wiring.Component):
     """Parameters: ``data_width`` (bytes per beat, a power of two >= 4: the ICRC inserter's minimum),
-    ``planes`` (1, 2 or 4), ``qps``, ``destinations`` (route-template table size),
-    ``plane_fifo_depth`` (frames between header load and output). Members: see the module docstring."""
+    ``planes`` (1, 2 or 4), ``qps``, ``destinations`` (route-template table size; 0: built without SRv6,
+    every frame is single-IPv6 and ``route_configure`` writes are dropped), ``plane_fifo_depth`` (frames
+    between header load and output). Members: see the module docstring."""
 
     def __init__(self, *, data_width: int, planes: int, qps: int, destinations: int, plane_fifo_depth=8):
         if planes not in (1, 2, 4):
             raise ValueError(f"planes must be 1, 2 or 4, not {planes}")
         self.data_width, self.planes, self.qps, self.destinations = data_width, planes, qps, destinations
         self.plane_fifo_depth = plane_fifo_depth
+        self.srv6 = destinations > 0
         self._response_layout = response_layout(qps, destinations)
         dest_bits = bits_for(destinations)
         super().__init__(
@@ -150,18 +152,21 @@ class ResponseBuilder(wiring.Component):
         w, planes = self.data_width, self.planes
         cfg = self.config
         plane_bits = bits_for(planes)
+        # Built without SRv6 (no route templates): every frame is single-IPv6, whatever the register says.
+        srv6 = cfg.srv6 if self.srv6 else Const(0, 1)
 
-        m.submodules.templates = templates = memory.Memory(
-            shape=RouteTemplateLayout, depth=self.destinations, init=[]
-        )
-        write = templates.write_port()
-        read = templates.read_port(domain="sync")
-        m.d.comb += [
-            write.addr.eq(self.route_configure.payload.dest),
-            write.data.eq(self.route_configure.payload.template),
-            write.en.eq(self.route_configure.valid),
-            self.route_configure.ready.eq(1),
-        ]
+        m.d.comb += self.route_configure.ready.eq(1)
+        if self.srv6:
+            m.submodules.templates = templates = memory.Memory(
+                shape=RouteTemplateLayout, depth=self.destinations, init=[]
+            )
+            write = templates.write_port()
+            read = templates.read_port(domain="sync")
+            m.d.comb += [
+                write.addr.eq(self.route_configure.payload.dest),
+                write.data.eq(self.route_configure.payload.template),
+                write.en.eq(self.route_configure.valid),
+            ]
 
         # -- 1. reverse-path rule (§5.8) on the incoming record: which port, and the EV naming it.
         rec_in = self.response.payload
@@ -190,9 +195,9 @@ class ResponseBuilder(wiring.Component):
             # Configuration writes are rare: they go first (a record never reads a half-written entry).
             self.response.ready.eq((~held | load) & ~self.route_configure.valid),
             accept.eq(self.response.valid & self.response.ready),
-            read.addr.eq(rec_in.dest),
-            read.en.eq(accept),
         ]
+        if self.srv6:
+            m.d.comb += [read.addr.eq(rec_in.dest), read.en.eq(accept)]
         with m.If(load):
             m.d.sync += held.eq(0)
         with m.If(accept):
@@ -230,7 +235,9 @@ class ResponseBuilder(wiring.Component):
         cc = Signal(hdr.CcState)
         neth = Signal(hdr.Neth)
         aeth = Signal(hdr.Aeth)
-        template = data.View(RouteTemplateLayout, read.data)
+        if self.srv6:
+            template = data.View(RouteTemplateLayout, read.data)
+            m.d.comb += outer.dst.eq(specialise(m, template, route_ev))
         m.d.comb += [
             eth.dst.eq(cfg.next_hop_mac[plane]),
             eth.src.eq(cfg.port_mac[plane]),
@@ -243,7 +250,6 @@ class ResponseBuilder(wiring.Component):
             outer.next_header.eq(IPPROTO_IPV6),
             outer.hop_limit.eq(cfg.hop_limit),
             outer.src.eq(cfg.port_address[plane]),
-            outer.dst.eq(specialise(m, template, route_ev)),
             inner.version.eq(6),
             inner.dscp.eq(self.dscp_control),
             inner.ecn.eq(Ecn.NOT_ECT),
@@ -288,9 +294,9 @@ class ResponseBuilder(wiring.Component):
             m.d.comb += ext.eq(hdr.to_wire(aeth))
         # SRv6 frames start at byte 0 of the stack, single-IPv6 frames at byte 40 (hdr.both_modes_stack).
         after_ip = Cat(hdr.to_wire(udp), hdr.to_wire(bth), ext)
-        loaded = hdr.both_modes_stack(cfg.srv6, eth, outer, inner, after_ip)
+        loaded = hdr.both_modes_stack(srv6, eth, outer, inner, after_ip)
         single = hdr.SINGLE_IPV6_START
-        frame_length = Mux(cfg.srv6, 14 + 80 + 20, 14 + 40 + 20) + ext_len
+        frame_length = Mux(srv6, 14 + 80 + 20, 14 + 40 + 20) + ext_len
 
         # -- 4. emit: a shift register of whole beats, W bytes out per beat, every beat full but the last.
         # A frame's beat is taken at byte 0 of the register (SRv6) or at byte 40 (single IPv6).
@@ -327,7 +333,7 @@ class ResponseBuilder(wiring.Component):
         with m.If(load):  # after the shift above: the new frame wins in the cycle the old one ends
             m.d.sync += [
                 shifter.eq(loaded),
-                frame_srv6.eq(cfg.srv6),
+                frame_srv6.eq(srv6),
                 remaining.eq(frame_length),
             ]
             with m.If(is_sack):

@@ -117,7 +117,9 @@ def verdict_layout(qps: int, destinations: int) -> data.StructLayout:
 
 
 class Validator(wiring.Component):
-    """Parameters: ``qps``, ``mrs`` (memory regions), ``destinations``, ``planes``.
+    """Parameters: ``qps``, ``mrs`` (memory regions), ``destinations`` (0: a NIC built without SRv6, whose
+    ``port_address`` registers are not used: an SRv6 frame is ours when its outer destination is the GID),
+    ``planes``.
 
     Configuration: ``qp_configure`` ``{qp, entry}``, ``mr_configure`` ``{index, entry}`` (streams, one
     cycle each); ``gid`` (own GID), ``port_address`` (one per plane, SRv6 outer destination) registers.
@@ -194,7 +196,9 @@ class Validator(wiring.Component):
         is_endpoint = (op == Opcode.ENDPOINT_REQUEST) | (op == Opcode.ENDPOINT_RESPONSE)
 
         for_us = Signal()
-        outer_ok = (h.outer_dst == self.gid) | Cat(h.outer_dst == a for a in self.port_address).any()
+        outer_ok = h.outer_dst == self.gid
+        if self.destinations > 0:  # built without SRv6 there are no port addresses: only the GID is ours
+            outer_ok |= Cat(h.outer_dst == a for a in self.port_address).any()
         m.d.comb += for_us.eq((h.dst == self.gid) & (~h.srv6 | outer_ok))
         qp_index = h.bth.dest_qp[:qb]
         qp_exists = qp.connected & (qp.qpn == h.bth.dest_qp)

@@ -81,7 +81,9 @@ def job_layout(qps: int, ev_slots: int, planes: int) -> data.StructLayout:
 
 
 class HeaderBuilder(wiring.Component):
-    """Members:
+    """Parameters: ``data_width``, ``qps``, ``ev_slots``, ``planes``, ``lookahead`` (jobs parked while their
+    payload is read), ``srv6`` (False: a NIC built without SRv6, every header single-IPv6 whatever
+    ``config.srv6`` says; the job's ``outer_dst`` is not used). Members:
 
     * ``job``: In, ``job_layout``.
     * ``config``: In, ``tx_config_layout`` registers; ``now_ts``: In(16), time in 128 ns units.
@@ -93,8 +95,10 @@ class HeaderBuilder(wiring.Component):
     * ``stat_dma_errors``: Out(32), payload beats whose host-memory read failed.
     """
 
-    def __init__(self, *, data_width: int, qps: int, ev_slots: int, planes: int, lookahead: int = 4):
-        self.data_width, self.planes = data_width, planes
+    def __init__(
+        self, *, data_width: int, qps: int, ev_slots: int, planes: int, lookahead: int = 4, srv6: bool = True
+    ):
+        self.data_width, self.planes, self.srv6 = data_width, planes, srv6
         self._job_layout = job_layout(qps, ev_slots, planes)
         self.lookahead = lookahead
         super().__init__(
@@ -118,6 +122,8 @@ class HeaderBuilder(wiring.Component):
         m = Module()
         w = self.data_width
         cfg = self.config
+        # Built without SRv6 (no route templates): every frame is single-IPv6, whatever the register says.
+        srv6 = cfg.srv6 if self.srv6 else Const(0, 1)
 
         # -- 1. payload reads run ahead: issue the DMA command, park the job until its header goes out.
         m.submodules.parked = parked = fifo.SyncFIFOBuffered(
@@ -205,11 +211,11 @@ class HeaderBuilder(wiring.Component):
         if single % w == 0:
             # A single-IPv6 header starts at beat 40 / W of the register (hdr.both_modes_stack): only 14
             # bytes of the load depend on the mode.
-            loaded = hdr.both_modes_stack(cfg.srv6, eth, outer, inner, after_ip)
-            start, first_beat = Mux(cfg.srv6, 0, single), Mux(cfg.srv6, 0, single // w)
+            loaded = hdr.both_modes_stack(srv6, eth, outer, inner, after_ip)
+            start, first_beat = Mux(srv6, 0, single), Mux(srv6, 0, single // w)
         else:  # beats wider than 8 bytes: each mode from byte 0
             loaded = Mux(
-                cfg.srv6,
+                srv6,
                 Cat(hdr.to_wire(eth), hdr.to_wire(outer), hdr.to_wire(inner), after_ip),
                 Cat(hdr.to_wire(eth), hdr.to_wire(inner), after_ip),
             )
@@ -228,9 +234,7 @@ class HeaderBuilder(wiring.Component):
                 with m.If(parked.r_rdy):
                     m.d.sync += [
                         header.eq(loaded),
-                        header_end.eq(
-                            start + Mux(probe, Mux(cfg.srv6, 130, 90), Mux(cfg.srv6, 138, 98) + 4 * imm)
-                        ),
+                        header_end.eq(start + Mux(probe, Mux(srv6, 130, 90), Mux(srv6, 138, 98) + 4 * imm)),
                         header_only.eq(probe),
                         plane.eq(job.plane),
                         beats.eq(packet_beats_bound(d.length, w)),

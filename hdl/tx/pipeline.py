@@ -23,7 +23,7 @@ back, answered in order, one at a time (the path selector's ``slot_read`` / ``sl
 uses the EV table only in cycles the packets leave free, so it never delays one).
 """
 
-from amaranth import Module, Signal
+from amaranth import Const, Module, Signal
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -63,7 +63,9 @@ def qp_context_layout(destinations: int) -> data.StructLayout:
 class TxPipeline(wiring.Component):
     """Parameters: ``data_width`` (bytes per beat), ``planes``, ``qps``, ``ev_slots``, ``backups`` (reserve
     EVs per QP and plane), ``window`` (PSNs a QP may have outstanding: the Retransmitter's depth per QP),
-    ``destinations``, ``plane_fifo_packets`` (maximum-size packets each plane FIFO holds),
+    ``destinations`` (route templates; 0: built without SRv6, every packet is single-IPv6, no source
+    router, ``route_configure`` writes are dropped), ``plane_fifo_packets`` (maximum-size packets each
+    plane FIFO holds),
     ``retry_cycles`` (wait before asking the path selector again when no EV was usable).
     """
 
@@ -82,6 +84,7 @@ class TxPipeline(wiring.Component):
     ):
         self.data_width, self.planes, self.qps = data_width, planes, qps
         self.ev_slots, self.destinations = ev_slots, destinations
+        self.srv6 = destinations > 0
         self.backups, self.window = backups, window
         self.retry_cycles = retry_cycles
         self._paths = PathSelector(qps=qps, ev_slots=ev_slots, planes=planes, backups=backups)
@@ -145,9 +148,10 @@ class TxPipeline(wiring.Component):
         m.submodules.scheduler = sch = QpScheduler(qps=qps, ev_slots=self.ev_slots)
         m.submodules.paths = paths = self._paths
         m.submodules.retransmitter = rtx = Retransmitter(qps=qps, window=self.window, ev_slots=self.ev_slots)
-        m.submodules.router = router = SourceRouter(destinations=self.destinations)
+        if self.srv6:
+            m.submodules.router = router = SourceRouter(destinations=self.destinations)
         m.submodules.builder = builder = HeaderBuilder(
-            data_width=w, qps=qps, ev_slots=self.ev_slots, planes=planes
+            data_width=w, qps=qps, ev_slots=self.ev_slots, planes=planes, srv6=self.srv6
         )
         m.submodules.dma = dma = DmaReader(data_width=w)
         m.submodules.packer = packer = StreamPacker(w)
@@ -172,7 +176,10 @@ class TxPipeline(wiring.Component):
         wiring.connect(m, wiring.flipped(self.ev_read), paths.slot_read)
         wiring.connect(m, paths.slot_read_answer, wiring.flipped(self.ev_read_answer))
         wiring.connect(m, wiring.flipped(self.feedback), paths.feedback)
-        wiring.connect(m, wiring.flipped(self.route_configure), router.configure)
+        if self.srv6:
+            wiring.connect(m, wiring.flipped(self.route_configure), router.configure)
+        else:
+            m.d.comb += self.route_configure.ready.eq(1)
         m.d.comb += [
             seg.pmtu_log2.eq(self.pmtu_log2),
             seg.halt.eq(self.qp_halt),
@@ -194,7 +201,7 @@ class TxPipeline(wiring.Component):
             self.stat_stale_retransmits.eq(rtx.stat_stale),
             *(getattr(self, f"stat_path_{name}").eq(getattr(paths, f"stat_{name}")) for name in PATH_STATS),
         ]
-        with m.If(~self.config.srv6):
+        with m.If(~self.config.srv6 if self.srv6 else Const(1)):
             m.d.comb += icrc.skip.eq(14)
         wiring.connect(m, sch.next_packet, seg.next_packet)
         wiring.connect(m, seg.descriptor, sch.new_packet)
@@ -279,25 +286,30 @@ class TxPipeline(wiring.Component):
                     m.next = "REQUEST"
             with m.State("CONTEXT"):
                 peer = qp_context_layout(self.destinations)(ctx_read.data)
+                taken = router.request.ready if self.srv6 else Const(1)
                 m.d.comb += [
-                    router.request.valid.eq(1),
-                    router.request.payload.dest.eq(peer.dest),
-                    router.request.payload.ev.eq(job.ev),
-                    ctx_read.en.eq(~router.request.ready),  # hold the read data until the router takes it
+                    ctx_read.en.eq(~taken),  # hold the read data until the router takes it
                     ctx_read.addr.eq(job.descriptor.qp),
                 ]
-                with m.If(router.request.ready):
+                if self.srv6:
+                    m.d.comb += [
+                        router.request.valid.eq(1),
+                        router.request.payload.dest.eq(peer.dest),
+                        router.request.payload.ev.eq(job.ev),
+                    ]
+                with m.If(taken):
                     m.d.sync += [
                         job.qpn.eq(peer.qpn),
                         job.peer_qpn.eq(peer.peer_qpn),
                         job.peer_gid.eq(peer.peer_gid),
                     ]
-                    m.next = "ROUTE"
-            with m.State("ROUTE"):
-                m.d.comb += router.response.ready.eq(1)
-                with m.If(router.response.valid):
-                    m.d.sync += job.outer_dst.eq(router.response.payload.address)
-                    m.next = "RESERVE"
+                    m.next = "ROUTE" if self.srv6 else "RESERVE"
+            if self.srv6:
+                with m.State("ROUTE"):
+                    m.d.comb += router.response.ready.eq(1)
+                    with m.If(router.response.valid):
+                        m.d.sync += job.outer_dst.eq(router.response.payload.address)
+                        m.next = "RESERVE"
             with m.State("RESERVE"):
                 # The plane's FIFO space is claimed now, so the selector sees it taken from here on.
                 m.d.comb += [

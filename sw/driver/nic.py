@@ -29,7 +29,7 @@ from ..regmap import (
     cqe_phase,
     nic_register_map,
 )
-from ..regmap.model import HEADER_WORDS, Block, Register, RegisterMap
+from ..regmap.model import HEADER_WORDS, Access, Block, Register, RegisterMap
 from ..wire import RouteTemplate
 from ..wire.usid import NO_T1_SLOT
 from .transport import HostMemoryAllocator, Transport
@@ -48,6 +48,7 @@ __all__ = [
 ]
 
 MAX_LENGTH = 1 << 31
+NO_SRV6 = "this NIC was built without SRv6 (DESTINATIONS is 0): no route templates, single-IPv6 frames only"
 QPN_BASE = 0x100  # QPN = QPN_BASE | QP index
 
 
@@ -329,7 +330,9 @@ class Qp:
         caps, regs = self.nic.caps, self.nic.regs
         if self.state != QpState.RESET:
             raise WrongQpState(f"QP {self.index} is {self.state.value}: connect needs a QP in reset")
-        if not 0 <= peer.dest < caps.destinations:
+        if not caps.srv6 and peer.dest != 0:
+            raise InvalidParameter(f"route template {peer.dest}: {NO_SRV6}")
+        if caps.srv6 and not 0 <= peer.dest < caps.destinations:
             raise InvalidParameter(f"route template {peer.dest} outside 0..{caps.destinations - 1}")
         if pmtu is None:  # the NIC's path MTU (both ends must agree on it)
             pmtu = 1 << await regs.read("transport", "PMTU_LOG2")
@@ -490,6 +493,8 @@ class Nic:
     async def set_addresses(
         self, *, gid: int, port_macs=None, next_hop_macs=None, port_addresses=None
     ) -> None:
+        if port_addresses is not None and not self.caps.srv6:
+            raise InvalidParameter(f"port addresses (SRv6 outer source addresses): {NO_SRV6}")
         await self.regs.write("transport", "OWN_GID", gid)
         for p in range(self.caps.planes):
             values = {
@@ -517,11 +522,18 @@ class Nic:
         for key, value in values.items():
             if key not in where:
                 raise InvalidParameter(f"no NIC parameter {key!r}; known: {', '.join(sorted(where))}")
+            reg = self.regs.map[where[key]].register(key.upper())
+            if reg.access == Access.RO:  # fixed by the build (SRV6 without SRv6): only its value is accepted
+                if int(value) != reg.reset:
+                    raise InvalidParameter(f"{key} is fixed at {reg.reset} in this NIC: {reg.doc}")
+                continue
             per_block.setdefault(where[key], {})[key.upper()] = int(value)
         for name, block_values in per_block.items():
             await self.regs.write_many(name, block_values)
 
     async def set_route(self, dest: int, template: RouteTemplate) -> None:
+        if not self.caps.srv6:
+            raise InvalidParameter(f"route template {dest}: {NO_SRV6}")
         if not 0 <= dest < self.caps.destinations:
             raise InvalidParameter(f"route template {dest} outside 0..{self.caps.destinations - 1}")
         usids = list(template.usids) + [0] * (6 - len(template.usids))

@@ -52,11 +52,16 @@ class Capabilities:
     backups: int = 2
     window: int = 256
     mrs: int = 8
-    destinations: int = 4
+    destinations: int = 4  # route templates; 0: built without SRv6 (single-IPv6 frames only)
     clock_hz: int = 250_000_000
     # The work queues in host memory (QP_QUEUES, COMPLETION_QUEUE blocks and the host counters). The
     # gateware's register file is built without them until its queue engine exists (issue 7, in progress).
     host_queues: bool = True
+
+    @property
+    def srv6(self) -> bool:
+        """Whether the NIC can send SRv6 frames: it has route templates (docs/protocol.md §2.2)."""
+        return self.destinations > 0
 
     def cycles(self, microseconds: float) -> int:
         return round(microseconds * self.clock_hz / 1e6)
@@ -340,7 +345,12 @@ def nic_register_map(c: Capabilities | None = None) -> RegisterMap:
                 R("BACKUPS", "backup EV entries per QP and plane", access=RO, reset=c.backups),
                 R("WINDOW", "PSN window (both directions)", access=RO, reset=c.window),
                 R("MRS", "memory-region table entries", access=RO, reset=c.mrs),
-                R("DESTINATIONS", "route templates", access=RO, reset=c.destinations),
+                R(
+                    "DESTINATIONS",
+                    "route templates (0: built without SRv6, single-IPv6 frames only)",
+                    access=RO,
+                    reset=c.destinations,
+                ),
                 R("CLOCK_HZ", "core clock frequency", access=RO, reset=c.clock_hz),
                 R("NOW", "free-running core cycle counter", access=RO, binding="now"),
             ],
@@ -368,11 +378,17 @@ def nic_register_map(c: Capabilities | None = None) -> RegisterMap:
                         48,
                         binding=f"config.next_hop_mac[{p}]",
                     ),
-                    R(
-                        "PORT_ADDRESS",
-                        "outer IPv6 source address (SRv6 mode)",
-                        128,
-                        binding=f"config.port_address[{p}]",
+                    *(
+                        [
+                            R(
+                                "PORT_ADDRESS",
+                                "outer IPv6 source address (SRv6 mode)",
+                                128,
+                                binding=f"config.port_address[{p}]",
+                            )
+                        ]
+                        if c.srv6
+                        else []
                     ),
                     R(
                         "RX_FRAMES",
@@ -426,7 +442,9 @@ def nic_register_map(c: Capabilities | None = None) -> RegisterMap:
                     1,
                     reset=1,
                     binding="config.srv6",
-                ),
+                )
+                if c.srv6
+                else R("SRV6", "0: built without SRv6 (DESTINATIONS is 0), single-IPv6 mode", 1, access=RO),
                 R("UDP_PORT", "UDP destination port", 16, reset=MRC_UDP_PORT, binding="config.udp_port"),
                 R("PKEY", "BTH partition key", 16, reset=0xFFFF, binding="config.pkey"),
                 R(
@@ -566,6 +584,8 @@ def nic_register_map(c: Capabilities | None = None) -> RegisterMap:
         ),
     ]
     for i, (name, (stream_name, doc, fields)) in enumerate(_tables(c).items()):
+        if name == "route" and not c.srv6:
+            continue  # no route templates; the other tables keep their numbers
         regs = [
             R(
                 "STATUS",

@@ -144,6 +144,7 @@ def test_nic_overrides_reach_the_board_top():
     module = BoardTop("versa_ecp5", nic=dict([nic_setting("qps=1")])).elaborate(spec.platform())
     caps = module.submodules.board.caps
     assert (caps.qps, caps.planes, caps.ev_slots, caps.data_width) == (1, 2, 8, 8)
+    assert caps.destinations == 0 and not caps.srv6  # the Versa's NIC is built without SRv6
     # So does a core clock override (the NIC's timers are in its cycles; NIC_ID publishes the clock).
     module = BoardTop("versa_ecp5", core_hz=31.25e6).elaborate(spec.platform())
     assert module.submodules.board.caps.clock_hz == 31_250_000

@@ -3,7 +3,9 @@ only over its simulated UART and performs an RDMA WRITE that crosses both planes
 
 The bench is two :class:`~mrcnic.boards.nic_board.NicBoard` (everything on a board's FPGA but its PLL and
 pins: NIC, Ethernet MACs, behavioural RGMII PHYs, host memory, UART bridge) with their RGMII pins crossed
-plane by plane, as two Versa boards (two planes each) joined by two cables. Each board has its own
+plane by plane, as two two-plane boards joined by two cables. Board A has the boards' default NIC (with
+SRv6); board B is built without SRv6 (``destinations=0``, as on the Versa ECP5 and the Colorlight): in
+single-IPv6 mode the two interwork. Each board has its own
 clocks, slightly off from the other's (core 62.5 MHz and TX 125 MHz, +-100 ppm), so every frame crosses
 real clock-domain boundaries: RGMII at the pins, the MACs' FIFOs into the core domain.
 
@@ -11,7 +13,8 @@ On each side a bit-level UART model (:class:`~support.sim_uart.SimUart`) is the 
 driver's ``uart:`` transport (:class:`~mrcnic.driver.uart_backend.UartTransport`), exactly what
 ``mrcnic.driver.open("uart:///dev/ttyUSB1")`` uses on hardware. The test then only calls the driver:
 
-* open both NICs (discovery reads the NIC_ID block over the UART), check the capabilities;
+* open both NICs (discovery reads the NIC_ID block over the UART), check the capabilities (B: no SRv6,
+  and the driver refuses a route template before anything is sent);
 * connect one QP each (:func:`~mrcnic.driver.fabric_setup.connect_cabled`: single-IPv6 mode, each port's
   next hop the peer's port, EV profiles over both planes);
 * write a random pattern into board A's host memory through the bridge, register a memory region on
@@ -45,6 +48,7 @@ from mrcnic.driver.uart_backend import UartTransport
 from mrcnic.hdl.eth.counters import COUNTERS as MAC_COUNTERS
 from mrcnic.hdl.host.uart_bridge import COUNTERS as UART_COUNTERS
 from mrcnic.regmap import MAC_COUNTERS as REGISTER_MAC_COUNTERS
+from mrcnic.wire import RouteTemplate
 
 from support.cocotb_runner import run_cocotb
 from support.sim_uart import SimUart
@@ -58,6 +62,7 @@ SIDES = ("a", "b")
 CORE_PS = {"a": 16_000, "b": 15_998}
 TX_PS = {"a": 8_000, "b": 8_001}
 TX90_PS = 2_000  # the simulated 90-degree TX clock lags by a quarter period
+NIC = {"a": None, "b": {"destinations": 0}}  # B is built without SRv6, as the two-plane boards are
 
 
 class CableBench(wiring.Component):
@@ -74,6 +79,7 @@ class CableBench(wiring.Component):
                 baud=CORE_HZ // DIVISOR,
                 phy_tx_clock_domain="eth_tx90",
                 uart_timeout=4096,
+                nic=NIC[s],
             )
             for s in SIDES
         }
@@ -195,6 +201,9 @@ async def rdma_write_over_both_planes(dut):
     dut._log.info("both NICs open over their UARTs: %s", a.caps)
     for nic in (a, b):
         assert nic.caps.planes == PLANES and nic.caps.host_queues, nic.caps
+    assert a.caps.srv6 and not b.caps.srv6 and b.caps.destinations == 0
+    with pytest.raises(driver.InvalidParameter, match="without SRv6"):
+        await b.set_route(0, RouteTemplate.for_clos(0xFCBB0000, 0, 1, 2))
     await _both(a.set_parameters(pmtu_log2=8), b.set_parameters(pmtu_log2=8))
     qa, qb = await connect_cabled(a, b, seed=rng.randrange(1 << 16))
     planes_of = {ev >> 29 & (PLANES - 1) for ev in qa.profile.slots}

@@ -11,7 +11,9 @@ import cocotb
 import pytest
 
 from mrcnic import driver
+from mrcnic.driver.fabric_setup import connect_cabled
 from mrcnic.driver.model_backend import ModelCluster
+from mrcnic.regmap import Capabilities
 from mrcnic.wire import RouteTemplate
 
 from . import scenarios
@@ -83,6 +85,33 @@ def test_open_urls():
         ):
             with pytest.raises(error):
                 await driver.open(url)
+
+    asyncio.run(body())
+
+
+def test_a_nic_without_srv6_refuses_routes_and_stays_single_ipv6():
+    """A NIC built with DESTINATIONS 0 (the two-plane boards'): the driver finds it has no SRv6 and says
+    so for every SRv6-only request, before anything reaches the device; single-IPv6 set-up works."""
+    caps = Capabilities(planes=2, qps=2, ev_slots=8, backups=1, mrs=4, destinations=0)
+
+    async def body():
+        cluster = ModelCluster(2, caps=caps)
+        a = await driver.open(cluster.devices[0], cq_depth=16)
+        b = await driver.open(cluster.devices[1], cq_depth=16)
+        assert not a.caps.srv6 and a.caps.destinations == 0
+        for call in (
+            a.set_route(0, RouteTemplate.for_clos(0xFCBB0000, 0, 1, 2)),
+            a.set_parameters(srv6=1),
+            a.set_addresses(gid=1, port_addresses=[1, 2]),
+        ):
+            with pytest.raises(driver.InvalidParameter, match="SRv6|SRV6|srv6"):
+                await call
+        await a.set_parameters(srv6=0)  # the value it is fixed at: accepted, nothing written
+        assert await a.regs.read("transport", "SRV6") == 0
+        qa, qb = await connect_cabled(a, b, seed=1)
+        with pytest.raises(driver.InvalidParameter, match="without SRv6"):
+            await (await a.create_qp()).connect(driver.PeerAddress(1, 0x100, 1), psn=0, peer_psn=0)
+        assert (qa.index, qb.index) == (0, 0)
 
     asyncio.run(body())
 

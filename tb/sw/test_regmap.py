@@ -35,7 +35,13 @@ from mrcnic.regmap import (
 from mrcnic.regmap.markdown import registers_markdown
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "registers.md"
-CAPS = [Capabilities(), Capabilities(planes=2, qps=2, ev_slots=8, backups=1, mrs=4, destinations=2)]
+CAPS = [
+    Capabilities(),
+    Capabilities(planes=2, qps=2, ev_slots=8, backups=1, mrs=4, destinations=2),
+    # the reduced two-plane board NIC, built without SRv6
+    Capabilities(data_width=4, planes=2, qps=1, ev_slots=4, backups=1, window=64, mrs=4, destinations=0),
+]
+CAPS_IDS = ["default", "small", "without-srv6"]
 
 
 def test_docs_are_generated_from_the_map():
@@ -44,7 +50,7 @@ def test_docs_are_generated_from_the_map():
     )
 
 
-@pytest.mark.parametrize("caps", CAPS, ids=["default", "small"])
+@pytest.mark.parametrize("caps", CAPS, ids=CAPS_IDS)
 def test_linked_list(caps):
     regmap = nic_register_map(caps)
     words = {}
@@ -100,7 +106,7 @@ def _resolve(nic, binding):
     return width, None if init is None else int(init)
 
 
-@pytest.mark.parametrize("caps", CAPS, ids=["default", "small"])
+@pytest.mark.parametrize("caps", CAPS, ids=CAPS_IDS)
 def test_bindings_match_the_nic(caps):
     nic = layout_only(
         MrcNic(
@@ -173,7 +179,7 @@ def test_bindings_match_the_nic(caps):
         "ev_configure",
         "reserve_configure",
         "ev_seed",
-        "route_configure",
+        *(["route_configure"] if caps.srv6 else []),  # no route templates without SRv6
         "mr_configure",
     }
 
@@ -201,3 +207,21 @@ def test_queue_blocks_and_entry_formats():
     raw = cqe.encode()
     assert len(raw) == CQE_BYTES and Cqe.decode(raw) == cqe and raw[31] == 0
     assert [cqe_phase(n, 2) for n in (0, 3, 4, 7, 8)] == [1, 1, 0, 0, 1]
+
+
+def test_a_nic_without_srv6_has_no_route_templates():
+    """DESTINATIONS 0: no route table, no port addresses, SRV6 fixed at 0; the other tables keep their
+    numbers, so a driver finds them where it would on a NIC with SRv6."""
+    full, bare = nic_register_map(CAPS[1]), nic_register_map(CAPS[2])
+    assert not CAPS[2].srv6 and CAPS[1].srv6
+    assert "route" not in [b.name for b in bare.blocks] and "route" in [b.name for b in full.blocks]
+    for p in range(2):
+        names = [r.name for r in bare[f"port{p}"].registers]
+        assert "PORT_ADDRESS" not in names and "MAC" in names
+    srv6 = bare["transport"].register("SRV6")
+    assert (srv6.access, srv6.reset, srv6.width, srv6.binding) == (Access.RO, 0, 1, None)
+    assert bare["nic_id"].register("DESTINATIONS").reset == 0
+    tables = {b.name: b.info for b in full.blocks if b.kind == BlockType.TABLE}
+    assert {b.name: b.info for b in bare.blocks if b.kind == BlockType.TABLE} == {
+        name: info for name, info in tables.items() if name != "route"
+    }

@@ -50,7 +50,11 @@ class Tx:
     def __init__(self, dut, *, srv6=True, pmtu_log2=12, pause=0.0, seed=1):
         p = dut_params()
         self.dut, self.w, self.planes = dut, p["data_width"], p["planes"]
-        self.srv6, self.pmtu = srv6, 1 << pmtu_log2
+        # A build without route templates sends single-IPv6 frames whatever its SRV6 register says.
+        self.dests = p.get("destinations", DESTS)
+        self.layouts = _Layouts(self.dests)
+        self.srv6_register = srv6
+        self.srv6, self.pmtu = srv6 and self.dests > 0, 1 << pmtu_log2
         self.pmtu_log2 = pmtu_log2
         self.rng = random.Random(seed)
         cocotb.start_soon(Clock(dut.clk, 8, unit="ns").start())
@@ -110,7 +114,7 @@ class Tx:
         dut.config.value = pack(
             tx_config_layout(self.planes),
             {
-                "srv6": int(self.srv6),
+                "srv6": int(self.srv6_register),
                 "udp_port": 4791,
                 "pkey": 0xFFFF,
                 "hop_limit": 64,
@@ -139,20 +143,20 @@ class Tx:
             await stream_put(
                 dut,
                 "sequence_configure",
-                pack(dut_layouts.sequence, {"qp": q, "psn": self.start_psn[q], "msn": 0, "rqmsn": 0}),
+                pack(self.layouts.sequence, {"qp": q, "psn": self.start_psn[q], "msn": 0, "rqmsn": 0}),
             )
             await stream_put(
                 dut,
                 "qp_configure",
                 pack(
-                    dut_layouts.qp,
+                    self.layouts.qp,
                     {
                         "qp": q,
                         "context": {
                             "qpn": self.own_qpn(q),
                             "peer_qpn": self.peer_qpn[q],
                             "peer_gid": self.peer_gid[q],
-                            "dest": q % DESTS,
+                            "dest": q % max(self.dests, 1),
                         },
                     },
                 ),
@@ -169,13 +173,13 @@ class Tx:
                         {"qp": q, "slot": slot, "ev": entry.ev, "state": EvState.GOOD},
                     ),
                 )
-        for d, route in self.routes.items():
+        for d, route in list(self.routes.items())[: self.dests or 2]:  # without SRv6: taken, dropped
             usids = list(route.usids) + [0] * (6 - len(route.usids))
             await stream_put(
                 dut,
                 "route_configure",
                 pack(
-                    dut_layouts.route,
+                    self.layouts.route,
                     {
                         "dest": d,
                         "template": {
@@ -458,8 +462,8 @@ async def retransmissions_by_psn_and_probes(dut):
             dst_mac=tx.next_hop_mac(plane),
             src_gid=tx.own_gid,
             dst_gid=tx.peer_gid[q],
-            outer_src=tx.port_address(plane),
-            outer_dst=tx.routes[q % DESTS].destination(ev),
+            outer_src=tx.port_address(plane) if tx.srv6 else None,
+            outer_dst=tx.routes[q % DESTS].destination(ev) if tx.srv6 else None,
             hop_limit=64,
         )
         peth = wire.Peth(
@@ -557,17 +561,16 @@ async def line_rate(dut):
 
 
 class _Layouts:
-    def __init__(self):
+    def __init__(self, dests):
         from amaranth.lib import data
 
         from mrcnic.hdl.tx.layouts import bits_for
 
         self.sequence = data.StructLayout({"qp": bits_for(QPS), "psn": 24, "msn": 16, "rqmsn": 16})
-        self.qp = data.StructLayout({"qp": bits_for(QPS), "context": qp_context_layout(DESTS)})
-        self.route = data.StructLayout({"dest": bits_for(DESTS), "template": RouteTemplateLayout})
+        self.qp = data.StructLayout({"qp": bits_for(QPS), "context": qp_context_layout(dests)})
+        self.route = data.StructLayout({"dest": bits_for(dests), "template": RouteTemplateLayout})
 
 
-dut_layouts = _Layouts()
 _ = descriptor_layout
 
 
@@ -591,7 +594,7 @@ def _design(params):
         planes=params["planes"],
         qps=QPS,
         ev_slots=EV_SLOTS,
-        destinations=DESTS,
+        destinations=params.get("destinations", DESTS),
     )
 
 
@@ -608,6 +611,20 @@ TESTS = [
 @pytest.mark.parametrize("params", CONFIGS)
 def test_tx_pipeline(params):
     run_cocotb(_design(params), name="tx_pipeline", module="test_tx_pipeline", params=params, testcase=TESTS)
+
+
+# Built without SRv6 (the two-plane boards' NIC): the SRV6 register set to 1 is ignored, every frame is
+# single-IPv6, and route-template writes are taken and dropped.
+@pytest.mark.long(seconds=60)
+def test_tx_pipeline_without_srv6():
+    params = {"data_width": 4, "planes": 2, "destinations": 0}
+    run_cocotb(
+        _design(params),
+        name="tx_pipeline",
+        module="test_tx_pipeline",
+        params=params,
+        testcase=["random_writes_srv6", "random_writes_single_ipv6", "retransmissions_by_psn_and_probes"],
+    )
 
 
 @pytest.mark.bench
