@@ -16,10 +16,12 @@ the ports come from the design before flattening, ``hierarchy.json``). ``--depth
 keeps that many path components (``board.nic.core.rx.engine`` is depth 5). The rows add up to Yosys's
 totals; a few LUTs shared between blocks land in one of them, so read rows, not units.
 
-``logic cells`` is what nextpnr counts against the device (``TRELLIS_COMB``) before packing: a LUT4 is
-one, a carry cell (CCU2C) and a LUT-RAM block (TRELLIS_DPR16X4) two each. nextpnr's own count comes out
-11-13 % higher (it adds cells for routing through; 51,741 against 46,279 on the Versa at 419db8f), so
-compare blocks with this and the device with the build's ``report.json``.
+``logic cells`` is nextpnr's "Total LUT4s" before packing: a LUT4 is one, a carry cell (CCU2C) two, a
+LUT-RAM block (TRELLIS_DPR16X4, 16 words of 4 bits) six: its two RAM slices' four LUTs and the two of the
+slice that holds its write port. Packing adds about 5 % (LUTs for routing through; 35,648 before and
+37,582 after on the reduced Versa without SRv6, 2026-12-05), so compare blocks with this and the device
+with the build's ``report.json``. (Until 2026-12-05 this counted a LUT-RAM block as two cells; the
+tables in docs/benchmarks.md say which.)
 """
 
 from __future__ import annotations
@@ -55,8 +57,8 @@ REST = "(the rest)"
 
 
 def logic_cells(counts: dict) -> int:
-    """Logic cells as nextpnr counts them before packing: LUT4 + 2 x CCU2C + 2 x DPR16X4."""
-    return counts.get("lut4", 0) + 2 * counts.get("ccu2c", 0) + 2 * counts.get("lutram", 0)
+    """Logic cells as nextpnr counts them before packing: LUT4 + 2 x CCU2C + 6 x DPR16X4."""
+    return counts.get("lut4", 0) + 2 * counts.get("ccu2c", 0) + 6 * counts.get("lutram", 0)
 
 
 # Yosys's ``autoname`` derives names for unnamed nets from a named neighbour and the cell port between them

@@ -45,6 +45,8 @@ class BoardSpec:
     program: str
     nic: dict = field(default_factory=dict)
     seed: int = 1  # nextpnr's placement seed of the documented build (docs/boards.md)
+    # nextpnr BEL of the core reset's DCCA global buffer; None lets the placer choose.
+    reset_buffer_bel: str | None = None
 
 
 BOARDS = {
@@ -59,6 +61,9 @@ BOARDS = {
         program="openFPGALoader -b ecp5_evn",
         # Without SRv6 (no route templates): single-IPv6 frames only, 2.4 k logic cells fewer.
         nic={"destinations": 0},
+        # Placed at the top (TDCC0), router2 found no path from the fabric to the buffer's input, on three
+        # builds; the bottom edge's first DCC (docs/boards.md).
+        reset_buffer_bel="X40/Y71/BDCC0",
     ),
     "colorlight_5a75b": BoardSpec(
         # The only LED shares its pin with the UART's TX (amaranth-boards' UART on J19): no LEDs.
@@ -129,8 +134,9 @@ class BoardTop(Elaboratable):
         m.domains.sync_lock = ClockDomain()
         m.d.comb += ClockSignal("sync_lock").eq(pll.clkos)
         m.submodules.sync_reset = ResetSynchronizer(~pll.lock, domain="sync_lock")
+        placed = {"a_BEL": spec.reset_buffer_bel} if spec.reset_buffer_bel else {}
         m.submodules.sync_reset_global = Instance(
-            "DCCA", i_CLKI=ResetSignal("sync_lock"), i_CE=1, o_CLKO=ResetSignal("sync")
+            "DCCA", i_CLKI=ResetSignal("sync_lock"), i_CE=1, o_CLKO=ResetSignal("sync"), **placed
         )
         m.submodules.eth_tx_reset = ResetSynchronizer(~pll.lock, domain="eth_tx")
 

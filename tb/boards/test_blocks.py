@@ -80,5 +80,7 @@ def test_cells_land_in_their_blocks():
     assert sum(b["lut4"] for b in blocks.values()) == sum(c["type"] == "LUT4" for c in cells)
     assert sum(b["ff"] for b in blocks.values()) == sum(c["type"] == "TRELLIS_FF" for c in cells)
     assert logic_cells(counter) == 32 + counter["lut4"]
+    # nextpnr's count before packing: a LUT-RAM block is two RAM slices and its write port's slice
+    assert logic_cells({"lut4": 5, "ccu2c": 3, "lutram": 2}) == 5 + 6 + 12
     # only the blocks asked for
     assert set(attribute(netlist, "top", depth=1, under="parity.")) == {"parity"}
