@@ -45,6 +45,7 @@ class BoardSpec:
     program: str
     nic: dict = field(default_factory=dict)
     seed: int = 1  # nextpnr's placement seed of the documented build (docs/boards.md)
+    router: str = "router2"  # nextpnr's router for this board's build
     # nextpnr BEL of the core reset's DCCA global buffer; None lets the placer choose.
     reset_buffer_bel: str | None = None
 
@@ -53,16 +54,21 @@ BOARDS = {
     "versa_ecp5": BoardSpec(
         platform=VersaECP5Platform,
         planes=2,
-        core_hz=62.5e6,
+        # The NIC that fits the 45F (docs/boards.md, "Fitting the smaller boards"): one QP, 4 EV slots, a
+        # 4-byte data path at 31.25 MHz (1 Gb/s through the core, half of what the two planes carry) and
+        # no SRv6 (no route templates: single-IPv6 frames only).
+        core_hz=31.25e6,
         memory_size=1 << 16,
         # The NIC's largest frame (PMTU 4096, docs/ethernet.md): 8 KiB rings, 16 block RAMs fewer than 9216.
         max_frame=4242,
         leds="led",
         program="openFPGALoader -b ecp5_evn",
-        # Without SRv6 (no route templates): single-IPv6 frames only, 2.4 k logic cells fewer.
-        nic={"destinations": 0},
-        # Placed at the top (TDCC0), router2 found no path from the fabric to the buffer's input, on three
-        # builds; the bottom edge's first DCC (docs/boards.md).
+        nic={"destinations": 0, "qps": 1, "ev_slots": 4, "data_width": 4},
+        seed=3,
+        # router2 came down to 2,841 overused wires and climbed again; router1 finished in 7 minutes.
+        router="router1",
+        # Placed at the top (TDCC0), router2 found no path from the fabric to the reset buffer's input on
+        # three builds: the bottom edge's first DCC.
         reset_buffer_bel="X40/Y71/BDCC0",
     ),
     "colorlight_5a75b": BoardSpec(

@@ -176,18 +176,20 @@ def build_board(
     *,
     seed: int | None = None,
     allow_timing_fail: bool = False,
-    router: str = "router2",
+    router: str | None = None,
     placer: str = "static",
     nic: dict | None = None,
     core_hz: float | None = None,
     route_patience: int = ROUTE_PATIENCE,
 ) -> dict:
     """Build ``board``; returns the report (also written as report.json). Raises SystemExit(1) on failure.
-    ``route_patience``: router2 iterations without progress before the build stops it (0: never)."""
+    ``router``: nextpnr's (None: the board's); ``route_patience``: router2 iterations without progress
+    before the build stops it (0: never)."""
     apply_tool_environment()
     os.environ.setdefault("OPENFPGALOADER", "true")  # amaranth-boards names it; nothing is programmed
     spec = BOARDS[board]
     seed = spec.seed if seed is None else seed
+    router = spec.router if router is None else router
     top = BoardTop(board, nic=nic, core_hz=core_hz)
     platform = spec.platform()
     build_dir = build_root / board
@@ -311,7 +313,10 @@ def main(argv=None) -> None:
         "--allow-timing-fail", action="store_true", help="keep a bitstream that misses timing"
     )
     parser.add_argument(
-        "--router", choices=("router1", "router2"), default="router2", help="nextpnr's router"
+        "--router",
+        choices=("router1", "router2"),
+        default=None,
+        help="nextpnr's router (default: the board's; router2 but on the Versa ECP5)",
     )
     # nextpnr's analytic "static" placer left the ECPIX-5 design 21 % less wire than "heap", its default
     # (docs/boards.md, "ECPIX-5").

@@ -141,13 +141,15 @@ def test_nic_overrides_reach_the_board_top():
     # The override reaches the NIC the board top instantiates: its capabilities (what the driver reads
     # from the NIC_ID registers) say one QP, and the other parameters stay the board's.
     spec = BOARDS["versa_ecp5"]
-    module = BoardTop("versa_ecp5", nic=dict([nic_setting("qps=1")])).elaborate(spec.platform())
+    module = BoardTop("versa_ecp5", nic=dict([nic_setting("ev_slots=8")])).elaborate(spec.platform())
     caps = module.submodules.board.caps
-    assert (caps.qps, caps.planes, caps.ev_slots, caps.data_width) == (1, 2, 8, 8)
-    assert caps.destinations == 0 and not caps.srv6  # the Versa's NIC is built without SRv6
+    # the Versa's NIC: one QP, a 4-byte data path, no SRv6 (docs/boards.md)
+    assert (caps.qps, caps.planes, caps.ev_slots, caps.data_width) == (1, 2, 8, 4)
+    assert caps.destinations == 0 and not caps.srv6
     # So does a core clock override (the NIC's timers are in its cycles; NIC_ID publishes the clock).
-    module = BoardTop("versa_ecp5", core_hz=31.25e6).elaborate(spec.platform())
-    assert module.submodules.board.caps.clock_hz == 31_250_000
+    assert BoardTop("versa_ecp5").core_hz == 31.25e6
+    module = BoardTop("versa_ecp5", core_hz=62.5e6).elaborate(spec.platform())
+    assert module.submodules.board.caps.clock_hz == 62_500_000
     with pytest.raises(ValueError, match="no ECP5 PLL setting"):
         BoardTop("versa_ecp5", core_hz=40e6).elaborate(spec.platform())
 
