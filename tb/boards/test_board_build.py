@@ -155,7 +155,7 @@ def test_nic_overrides_reach_the_board_top():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("board", ["ecpix5"])
+@pytest.mark.parametrize("board", ["ecpix5", "versa_ecp5"])  # about 20 minutes each
 def test_bitstream_builds_and_meets_timing(board):
     report = build_board(board, REPO_ROOT / "build" / "boards")
     saved = json.loads((REPO_ROOT / "build" / "boards" / board / "report.json").read_text())
