@@ -48,18 +48,18 @@ def new_seed() -> int:
 class Chain(wiring.Component):
     """Parser -> validator (ICRC and oversize flags from the test) -> verdicts; feedback decoder."""
 
-    def __init__(self):
+    def __init__(self, dests=DESTS):
         super().__init__(
             {
                 "i": In(PacketStream(W)),
                 "flags": In(2),  # {icrc_ok, oversize} of the frame whose record is next
-                "verdict": Out(stream.Signature(verdict_layout(QPS, DESTS))),
-                "feedback_in": In(stream.Signature(verdict_layout(QPS, DESTS))),
+                "verdict": Out(stream.Signature(verdict_layout(QPS, dests))),
+                "feedback_in": In(stream.Signature(verdict_layout(QPS, dests))),
                 "feedback": Out(stream.Signature(feedback_packet_layout(QPS))),
             }
         )
-        self.validator = Validator(qps=QPS, mrs=MRS, destinations=DESTS, planes=PLANES)
-        self.decoder = FeedbackDecoder(qps=QPS, destinations=DESTS)
+        self.validator = Validator(qps=QPS, mrs=MRS, destinations=dests, planes=PLANES)
+        self.decoder = FeedbackDecoder(qps=QPS, destinations=dests)
 
     def elaborate(self, platform):
         m = Module()
@@ -308,3 +308,39 @@ def test_validator_verdicts_and_feedback_records():
             aeth = want[1]
             assert rec.kind == FeedbackKind.ACK and rec.msn == aeth.msn & 0xFFFF
             assert rec.nak == (aeth.syndrome != 0x1F) and rec.syndrome == aeth.syndrome
+
+
+def test_without_srv6_an_outer_destination_must_be_the_gid():
+    """A NIC built without SRv6 (destinations = 0) has no port addresses: an SRv6 packet is for it only
+    when its outer DA is the GID, even with the port-address registers set; single-IPv6 packets as usual."""
+    rng = random.Random(new_seed())
+    dut = Chain(dests=0)
+    ok = (Action.WRITE, Drop.NONE)
+    items = [
+        ("single IPv6", write(addressing=forward(1, srv6=False)), ok),
+        ("outer DA = port address", write(), (Action.DROP, Drop.NOT_FOR_US)),
+        ("outer DA = GID", write(addressing=forward(1, outer_dst=GID_B)), ok),
+    ]
+    verdicts = []
+
+    async def sender(ctx):
+        v = dut.validator
+        entry = {"connected": 1, "qpn": QPN[1], "peer_qpn": 0x101, "peer_gid": GID_A, "dest": 0}
+        await stream_put(ctx, v.qp_configure, {"qp": 1, "entry": {**entry, "pd": PD, "pmtu_log2": PMTU_LOG2}})
+        for index, rkey, pd, rw, base, length in REGIONS:
+            mr = {"valid": 1, "rkey": rkey, "pd": pd, "remote_write": rw, "base": base, "length": length}
+            await stream_put(ctx, v.mr_configure, {"index": index, "entry": mr})
+        ctx.set(v.gid, GID_B)
+        ctx.set(v.port_address, [wire.port_address(LOCATOR, p, HOST_B) for p in range(PLANES)])
+        ctx.set(dut.flags, 1)
+        for _, raw, _ in items:
+            for beat in _beats(raw, rng):
+                await stream_put(ctx, dut.i, beat, stall=0.2, rng=rng)
+
+    async def receiver(ctx):
+        for _ in items:
+            verdicts.append(await stream_get(ctx, dut.verdict, stall=0.2, rng=rng))
+
+    run(dut, sender, receiver, name="validator_without_srv6")
+    for (name, _, want), v in zip(items, verdicts, strict=True):
+        assert (Action(v.action), Drop(v.drop)) == want, name
