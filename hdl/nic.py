@@ -95,7 +95,7 @@ def _fixed(value: float, fraction_bits: int) -> int:
 class MrcNic(wiring.Component):
     """Parameters: ``data_width`` (bytes per beat), ``planes``, ``qps``, ``ev_slots``, ``backups`` (reserve
     EVs per QP and plane), ``window`` (PSNs), ``mrs`` (memory regions), ``destinations`` (route
-    templates; 0 builds the NIC without SRv6: single-IPv6 frames only, docs/protocol.md §2.2),
+    templates; 0 builds the NIC without SRv6: single-IPv6 frames only, docs/protocol.md §5.7),
     ``clock_hz`` (core clock: register defaults in cycles and the 128 ns tick follow it).
     """
 

@@ -26,7 +26,7 @@ from ..dma.writer import DmaWriter
 from ..stream import AxiStreamSignature, PacketStream, axis_to_stream, stream_to_axis
 from ..tx.header_builder import tx_config_layout
 from ..tx.layouts import bits_for
-from ..tx.source_router import RouteTemplateLayout
+from ..tx.source_router import route_configure_members
 from .feedback_decoder import FeedbackDecoder, feedback_packet_layout
 from .frame_buffer import FrameBuffer
 from .parser import HeaderParser, ParsedHeaders
@@ -91,11 +91,7 @@ class RxPipeline(wiring.Component):
                     stream.Signature(data.StructLayout({"index": bits_for(mrs), "entry": mr_entry_layout}))
                 ),
                 "post_receive": In(stream.Signature(data.StructLayout({"qp": bits_for(qps)}))),
-                "route_configure": In(
-                    stream.Signature(
-                        data.StructLayout({"dest": bits_for(destinations), "template": RouteTemplateLayout})
-                    )
-                ),
+                **route_configure_members(destinations),
                 "feedback": Out(stream.Signature(feedback_packet_layout(qps))),
                 "receive_completion": Out(
                     stream.Signature(
@@ -197,7 +193,8 @@ class RxPipeline(wiring.Component):
                 m.d.sync += [table_done.eq(table_ok), engine_done.eq(engine_ok)]
         wiring.connect(m, wiring.flipped(self.mr_configure), validator.mr_configure)
         wiring.connect(m, wiring.flipped(self.post_receive), engine.post_receive)
-        wiring.connect(m, wiring.flipped(self.route_configure), builder.route_configure)
+        if self.destinations > 0:  # without SRv6 there are no route templates
+            wiring.connect(m, wiring.flipped(self.route_configure), builder.route_configure)
         m.d.comb += [
             validator.gid.eq(self.config.own_gid),
             validator.port_address.eq(self.config.port_address),

@@ -23,7 +23,7 @@ Members (W = ``data_width`` bytes per beat, P = ``planes``):
   ``own_gid``, ``port_mac[p]``, ``next_hop_mac[p]``, ``port_address[p]``; ``dscp_data``/``dscp_retx``
   are not used). ``dscp_control``: In(6), default ``Dscp.CONTROL``. ``port_up``: In(P), default all up.
 * ``route_configure``: In, ``{dest, template: RouteTemplateLayout}``: writes one route template (same
-  meaning as ``SourceRouter.configure``). Writes take priority over records.
+  meaning as ``SourceRouter.configure``; none when built without SRv6). Writes take priority over records.
 * ``o``: Out, ``{data, keep, last, plane}``: the frame with its ICRC, packed (every beat full but the
   last), ``plane`` constant over a frame. Frames leave in record order.
 * ``stat_sacks``, ``stat_nacks``, ``stat_acks`` (frames built), ``stat_no_plane`` (records dropped
@@ -65,7 +65,7 @@ from .. import headers as hdr
 from ..tx.header_builder import tx_config_layout
 from ..tx.icrc_inserter import IcrcInserter
 from ..tx.layouts import bits_for
-from ..tx.source_router import RouteTemplateLayout, specialise
+from ..tx.source_router import RouteTemplateLayout, route_configure_members, specialise
 
 __all__ = ["MAX_FRAME_BYTES", "ResponseBuilder", "output_layout", "response_layout"]
 
@@ -118,7 +118,7 @@ def output_layout(data_width: int, planes: int) -> data.StructLayout:
 class ResponseBuilder(wiring.Component):
     """Parameters: ``data_width`` (bytes per beat, a power of two >= 4: the ICRC inserter's minimum),
     ``planes`` (1, 2 or 4), ``qps``, ``destinations`` (route-template table size; 0: built without SRv6,
-    every frame is single-IPv6 and ``route_configure`` writes are dropped), ``plane_fifo_depth`` (frames
+    every frame is single-IPv6 and there is no ``route_configure``), ``plane_fifo_depth`` (frames
     between header load and output). Members: see the module docstring."""
 
     def __init__(self, *, data_width: int, planes: int, qps: int, destinations: int, plane_fifo_depth=8):
@@ -128,16 +128,13 @@ class ResponseBuilder(wiring.Component):
         self.plane_fifo_depth = plane_fifo_depth
         self.srv6 = destinations > 0
         self._response_layout = response_layout(qps, destinations)
-        dest_bits = bits_for(destinations)
         super().__init__(
             {
                 "response": In(stream.Signature(self._response_layout)),
                 "config": In(tx_config_layout(planes)),
                 "dscp_control": In(6, init=Dscp.CONTROL),
                 "port_up": In(planes, init=(1 << planes) - 1),
-                "route_configure": In(
-                    stream.Signature(data.StructLayout({"dest": dest_bits, "template": RouteTemplateLayout}))
-                ),
+                **route_configure_members(destinations),
                 "o": Out(stream.Signature(output_layout(data_width, planes))),
                 "stat_sacks": Out(32),
                 "stat_nacks": Out(32),
@@ -155,7 +152,7 @@ class ResponseBuilder(wiring.Component):
         # Built without SRv6 (no route templates): every frame is single-IPv6, whatever the register says.
         srv6 = cfg.srv6 if self.srv6 else Const(0, 1)
 
-        m.d.comb += self.route_configure.ready.eq(1)
+        template_write = Const(0)  # a route-template write this cycle
         if self.srv6:
             m.submodules.templates = templates = memory.Memory(
                 shape=RouteTemplateLayout, depth=self.destinations, init=[]
@@ -166,7 +163,9 @@ class ResponseBuilder(wiring.Component):
                 write.addr.eq(self.route_configure.payload.dest),
                 write.data.eq(self.route_configure.payload.template),
                 write.en.eq(self.route_configure.valid),
+                self.route_configure.ready.eq(1),
             ]
+            template_write = self.route_configure.valid
 
         # -- 1. reverse-path rule (§5.8) on the incoming record: which port, and the EV naming it.
         rec_in = self.response.payload
@@ -193,7 +192,7 @@ class ResponseBuilder(wiring.Component):
         accept = Signal()
         m.d.comb += [
             # Configuration writes are rare: they go first (a record never reads a half-written entry).
-            self.response.ready.eq((~held | load) & ~self.route_configure.valid),
+            self.response.ready.eq((~held | load) & ~template_write),
             accept.eq(self.response.valid & self.response.ready),
         ]
         if self.srv6:

@@ -23,7 +23,7 @@ back, answered in order, one at a time (the path selector's ``slot_read`` / ``sl
 uses the EV table only in cycles the packets leave free, so it never delays one).
 """
 
-from amaranth import Const, Module, Signal
+from amaranth import Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -42,7 +42,7 @@ from .plane_demux import PlaneDemux
 from .retransmitter import Retransmitter
 from .scheduler import QpScheduler
 from .segmenter import Segmenter
-from .source_router import RouteTemplateLayout, SourceRouter
+from .source_router import SourceRouter, route_configure_members
 from .tracker import retransmit_layout, sent_layout
 
 __all__ = ["TxPipeline", "probe_request_layout", "qp_context_layout"]
@@ -64,7 +64,7 @@ class TxPipeline(wiring.Component):
     """Parameters: ``data_width`` (bytes per beat), ``planes``, ``qps``, ``ev_slots``, ``backups`` (reserve
     EVs per QP and plane), ``window`` (PSNs a QP may have outstanding: the Retransmitter's depth per QP),
     ``destinations`` (route templates; 0: built without SRv6, every packet is single-IPv6, no source
-    router, ``route_configure`` writes are dropped), ``plane_fifo_packets`` (maximum-size packets each
+    router and no ``route_configure``), ``plane_fifo_packets`` (maximum-size packets each
     plane FIFO holds),
     ``retry_cycles`` (wait before asking the path selector again when no EV was usable).
     """
@@ -91,7 +91,6 @@ class TxPipeline(wiring.Component):
         path_ports = self._paths.signature.members
         self.max_packet_beats = -(-(MAX_HEADER_BYTES + MAX_PMTU + 4) // data_width) + 1
         self.plane_fifo_depth = 1 << (plane_fifo_packets * self.max_packet_beats - 1).bit_length()
-        dest_bits = bits_for(destinations)
         members = {
             "work_request": In(stream.Signature(work_request_layout(qps))),
             "retransmit": In(stream.Signature(retransmit_layout(qps, ev_slots))),
@@ -109,9 +108,7 @@ class TxPipeline(wiring.Component):
             "ev_seed": In(stream.Signature(seed_layout(qps))),
             "ev_read": In(path_ports["slot_read"].signature.flip()),
             "ev_read_answer": Out(path_ports["slot_read_answer"].signature),
-            "route_configure": In(
-                stream.Signature(data.StructLayout({"dest": dest_bits, "template": RouteTemplateLayout}))
-            ),
+            **route_configure_members(destinations),
             "qp_configure": In(
                 stream.Signature(
                     data.StructLayout({"qp": bits_for(qps), "context": qp_context_layout(destinations)})
@@ -144,6 +141,8 @@ class TxPipeline(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         w, planes, qps = self.data_width, self.planes, self.qps
+        # Built without SRv6 (no route templates): every packet is single-IPv6, whatever the register says.
+        srv6 = self.config.srv6 if self.srv6 else Const(0, 1)
         m.submodules.segmenter = seg = Segmenter(qps=qps, ev_slots=self.ev_slots)
         m.submodules.scheduler = sch = QpScheduler(qps=qps, ev_slots=self.ev_slots)
         m.submodules.paths = paths = self._paths
@@ -178,8 +177,6 @@ class TxPipeline(wiring.Component):
         wiring.connect(m, wiring.flipped(self.feedback), paths.feedback)
         if self.srv6:
             wiring.connect(m, wiring.flipped(self.route_configure), router.configure)
-        else:
-            m.d.comb += self.route_configure.ready.eq(1)
         m.d.comb += [
             seg.pmtu_log2.eq(self.pmtu_log2),
             seg.halt.eq(self.qp_halt),
@@ -194,15 +191,13 @@ class TxPipeline(wiring.Component):
             builder.config.eq(self.config),
             builder.now_ts.eq(self.now_ts),
             demux.queue_limit.eq(self.plane_queue_beats),
-            icrc.skip.eq(54),  # Ethernet + outer IPv6 are not covered (single-IPv6 mode: 14)
+            icrc.skip.eq(Mux(srv6, 54, 14)),  # Ethernet (+ outer IPv6 in SRv6 mode) is not covered
             self.stat_rejected_wr.eq(seg.stat_rejected),
             self.stat_flushed_wr.eq(seg.stat_flushed),
             self.stat_dma_errors.eq(builder.stat_dma_errors),
             self.stat_stale_retransmits.eq(rtx.stat_stale),
             *(getattr(self, f"stat_path_{name}").eq(getattr(paths, f"stat_{name}")) for name in PATH_STATS),
         ]
-        with m.If(~self.config.srv6 if self.srv6 else Const(1)):
-            m.d.comb += icrc.skip.eq(14)
         wiring.connect(m, sch.next_packet, seg.next_packet)
         wiring.connect(m, seg.descriptor, sch.new_packet)
         m.d.comb += [  # every new packet's descriptor is kept for its retransmissions

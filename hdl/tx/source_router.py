@@ -16,7 +16,7 @@ from mrcnic.wire.usid import MAX_USIDS
 
 from .layouts import bits_for
 
-__all__ = ["RouteTemplateLayout", "SourceRouter", "specialise"]
+__all__ = ["RouteTemplateLayout", "SourceRouter", "route_configure_members", "specialise"]
 
 RouteTemplateLayout = data.StructLayout(
     {
@@ -26,6 +26,15 @@ RouteTemplateLayout = data.StructLayout(
         "t1_slot": 3,  # NO_T1_SLOT (7): no T1 hop (destination under the same T0)
     }
 )
+
+
+def route_configure_members(destinations: int) -> dict:
+    """The ``route_configure`` member of a block that keeps route templates: In, ``{dest, template}``, one
+    template write. None for a NIC built without SRv6 (``destinations`` 0): it has no templates."""
+    if destinations == 0:
+        return {}
+    layout = data.StructLayout({"dest": bits_for(destinations), "template": RouteTemplateLayout})
+    return {"route_configure": In(stream.Signature(layout))}
 
 
 def specialise(m: Module, template, ev) -> Signal:
@@ -57,13 +66,13 @@ class SourceRouter(wiring.Component):
     """
 
     def __init__(self, *, destinations: int):
+        if destinations < 1:
+            raise ValueError(f"a source router needs route templates, not {destinations}")
         self.destinations = destinations
         dest_bits = bits_for(destinations)
         super().__init__(
             {
-                "configure": In(
-                    stream.Signature(data.StructLayout({"dest": dest_bits, "template": RouteTemplateLayout}))
-                ),
+                "configure": route_configure_members(destinations)["route_configure"],
                 "request": In(stream.Signature(data.StructLayout({"dest": dest_bits, "ev": 32}))),
                 "response": Out(stream.Signature(data.StructLayout({"address": 128}))),
             }

@@ -60,7 +60,7 @@ class Capabilities:
 
     @property
     def srv6(self) -> bool:
-        """Whether the NIC can send SRv6 frames: it has route templates (docs/protocol.md §2.2)."""
+        """Whether the NIC can send SRv6 frames: it has route templates (docs/protocol.md §5.7)."""
         return self.destinations > 0
 
     def cycles(self, microseconds: float) -> int:
