@@ -161,7 +161,7 @@ class MrcNic(wiring.Component):
             # the host reads an EV slot back: {qp, slot} in, {ev, state} out, one at a time, in order
             "ev_read": In(tx_ports["ev_read"].signature.flip()),
             "ev_read_answer": Out(tx_ports["ev_read_answer"].signature),
-            # route templates (none without SRv6: the pipelines drop what their own port gets)
+            # route templates (none without SRv6)
             **(
                 {"route_configure": In(tx_ports["route_configure"].signature.flip())}
                 if destinations > 0
