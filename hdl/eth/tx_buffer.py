@@ -66,6 +66,9 @@ class TxBuffer(wiring.Component):
         limit = self.max_frame - FCS_BYTES
         length = Signal(range(limit + 1))  # octets of the frame in progress stored so far
         at_limit = Signal()  # length == limit, as a register
+        # length != 0, as a register: the ready logic then starts at flip-flops, not at a 13-bit compare
+        # (that compare was the head of the MAC transmit clock's critical path, docs/boards.md).
+        started = Signal()
         dropping = Signal()  # the frame in progress is too long: swallow the rest of it
         beat = self.i.payload
         take = Signal()
@@ -78,10 +81,10 @@ class TxBuffer(wiring.Component):
             with m.If(take & beat.last):
                 m.d.sync += [dropping.eq(0), self.dropped.eq(1)]
         with m.Elif(beat.empty):
-            m.d.comb += self.i.ready.eq(~beat.last | (length != 0) | self.drop_ok)
+            m.d.comb += self.i.ready.eq(~beat.last | started | self.drop_ok)
             with m.If(take & beat.last):
-                m.d.sync += [length.eq(0), at_limit.eq(0)]
-                with m.If(length == 0):
+                m.d.sync += [length.eq(0), at_limit.eq(0), started.eq(0)]
+                with m.If(~started):
                     m.d.sync += self.dropped.eq(1)
                 with m.Else():
                     m.d.comb += [ring.w_mark_last.eq(1), ring.w_commit.eq(1)]
@@ -90,7 +93,7 @@ class TxBuffer(wiring.Component):
             m.d.comb += self.i.ready.eq(~beat.last | self.drop_ok)
             with m.If(take):
                 m.d.comb += ring.w_discard.eq(1)
-                m.d.sync += [length.eq(0), at_limit.eq(0)]
+                m.d.sync += [length.eq(0), at_limit.eq(0), started.eq(0)]
                 with m.If(beat.last):
                     m.d.sync += self.dropped.eq(1)
                 with m.Else():
@@ -98,9 +101,9 @@ class TxBuffer(wiring.Component):
         with m.Else():
             m.d.comb += [self.i.ready.eq(ring.w_room), ring.w_en.eq(self.i.valid)]
             with m.If(take):
-                m.d.sync += [length.eq(length + 1), at_limit.eq(length == limit - 1)]
+                m.d.sync += [length.eq(length + 1), at_limit.eq(length == limit - 1), started.eq(1)]
                 with m.If(beat.last):
                     m.d.comb += ring.w_commit.eq(1)
-                    m.d.sync += [length.eq(0), at_limit.eq(0)]
+                    m.d.sync += [length.eq(0), at_limit.eq(0), started.eq(0)]
 
         return m
