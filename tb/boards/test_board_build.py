@@ -143,8 +143,8 @@ def test_nic_overrides_reach_the_board_top():
     spec = BOARDS["versa_ecp5"]
     module = BoardTop("versa_ecp5", nic=dict([nic_setting("ev_slots=8")])).elaborate(spec.platform())
     caps = module.submodules.board.caps
-    # the Versa's NIC: one QP, a 4-byte data path, no SRv6 (docs/boards.md)
-    assert (caps.qps, caps.planes, caps.ev_slots, caps.data_width) == (1, 2, 8, 4)
+    # the Versa's NIC: one QP, an 8-byte data path, no SRv6 (docs/boards.md)
+    assert (caps.qps, caps.planes, caps.ev_slots, caps.data_width) == (1, 2, 8, 8)
     assert caps.destinations == 0 and not caps.srv6
     # So does a core clock override (the NIC's timers are in its cycles; NIC_ID publishes the clock).
     assert BoardTop("versa_ecp5").core_hz == 31.25e6
