@@ -96,7 +96,8 @@ class MrcNic(wiring.Component):
     """Parameters: ``data_width`` (bytes per beat), ``planes``, ``qps``, ``ev_slots``, ``backups`` (reserve
     EVs per QP and plane), ``window`` (PSNs), ``mrs`` (memory regions), ``destinations`` (route
     templates; 0 builds the NIC without SRv6: single-IPv6 frames only, docs/protocol.md §5.7),
-    ``clock_hz`` (core clock: register defaults in cycles and the 128 ns tick follow it).
+    ``clock_hz`` (core clock: register defaults in cycles and the 128 ns tick follow it), ``lookahead``
+    (payload reads the TX header builder runs ahead, ``TxPipeline``'s).
     """
 
     def __init__(
@@ -111,6 +112,7 @@ class MrcNic(wiring.Component):
         mrs: int = 8,
         destinations: int = 4,
         clock_hz: float = 250e6,
+        lookahead: int = 4,
     ):
         self.data_width, self.planes, self.qps, self.ev_slots = data_width, planes, qps, ev_slots
         self.backups, self.window, self.mrs, self.destinations = backups, window, mrs, destinations
@@ -124,6 +126,7 @@ class MrcNic(wiring.Component):
             backups=backups,
             window=window,
             destinations=destinations,
+            lookahead=lookahead,
         )
         self._rx = RxPipeline(
             data_width=data_width,

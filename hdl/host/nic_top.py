@@ -73,6 +73,7 @@ class MrcNicTop(wiring.Component):
         mrs: int = 8,
         destinations: int = 4,
         clock_hz: int = 250_000_000,
+        lookahead: int = 4,
     ):
         params = dict(
             data_width=data_width,
@@ -87,7 +88,8 @@ class MrcNicTop(wiring.Component):
         )
         self.params = params
         self.caps = Capabilities(**{**params, "clock_hz": int(clock_hz)})
-        self._core = MrcNic(**params)
+        # How far the TX header builder's payload reads run ahead: not a capability the host sees.
+        self._core = MrcNic(**params, lookahead=lookahead)
         self._engine = QueueEngine(qps=qps, data_width=data_width, id_width=ID_WIDTH)
         # The register file sees the core's and the engine's ports by name (the core's where both have
         # one: its streams are the tables' targets).

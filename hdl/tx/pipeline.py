@@ -66,7 +66,9 @@ class TxPipeline(wiring.Component):
     ``destinations`` (route templates; 0: built without SRv6, every packet is single-IPv6, no source
     router and no ``route_configure``), ``plane_fifo_packets`` (maximum-size packets each
     plane FIFO holds),
-    ``retry_cycles`` (wait before asking the path selector again when no EV was usable).
+    ``retry_cycles`` (wait before asking the path selector again when no EV was usable), ``lookahead``
+    (packets whose payload read is issued while they wait for their header: ``HeaderBuilder``'s; 2 keeps
+    the queue in flip-flops instead of LUT RAM, enough for on-chip host memory).
     """
 
     def __init__(
@@ -81,12 +83,14 @@ class TxPipeline(wiring.Component):
         destinations: int = 4,
         plane_fifo_packets: int = 2,
         retry_cycles: int = 16,
+        lookahead: int = 4,
     ):
         self.data_width, self.planes, self.qps = data_width, planes, qps
         self.ev_slots, self.destinations = ev_slots, destinations
         self.srv6 = destinations > 0
         self.backups, self.window = backups, window
         self.retry_cycles = retry_cycles
+        self.lookahead = lookahead
         self._paths = PathSelector(qps=qps, ev_slots=ev_slots, planes=planes, backups=backups)
         path_ports = self._paths.signature.members
         self.max_packet_beats = -(-(MAX_HEADER_BYTES + MAX_PMTU + 4) // data_width) + 1
@@ -150,7 +154,12 @@ class TxPipeline(wiring.Component):
         if self.srv6:
             m.submodules.router = router = SourceRouter(destinations=self.destinations)
         m.submodules.builder = builder = HeaderBuilder(
-            data_width=w, qps=qps, ev_slots=self.ev_slots, planes=planes, srv6=self.srv6
+            data_width=w,
+            qps=qps,
+            ev_slots=self.ev_slots,
+            planes=planes,
+            srv6=self.srv6,
+            lookahead=self.lookahead,
         )
         m.submodules.dma = dma = DmaReader(data_width=w)
         m.submodules.packer = packer = StreamPacker(w)

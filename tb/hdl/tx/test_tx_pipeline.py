@@ -519,7 +519,7 @@ async def line_rate(dut):
     import json
     from pathlib import Path
 
-    tx = Tx(dut, pmtu_log2=12, seed=1)
+    tx = Tx(dut, pmtu_log2=dut_params().get("bench_pmtu_log2", 12), seed=1)
     await tx.start()
     posted = {
         q: [tx.post(q, 65536, local=(q * 65536 + 64 * q) % (MEMORY - 65536)) for _ in range(4)]
@@ -546,6 +546,7 @@ async def line_rate(dut):
     result = {
         "data_width": tx.w,
         "planes": tx.planes,
+        "pmtu": tx.pmtu,
         "packets": total,
         "cycles": cycles,
         "ideal_beats": ideal_beats,
@@ -556,7 +557,7 @@ async def line_rate(dut):
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(
         f"TX line rate: {ideal_beats} beats in {cycles} cycles = {fraction:.4f} of the core rate "
-        f"(data_width {tx.w}, {tx.planes} planes, {total} packets of 4 KiB)"
+        f"(data_width {tx.w}, {tx.planes} planes, {total} packets of {tx.pmtu} bytes)"
     )
 
 
@@ -595,6 +596,7 @@ def _design(params):
         qps=QPS,
         ev_slots=EV_SLOTS,
         destinations=params.get("destinations", DESTS),
+        lookahead=params.get("lookahead", 4),
     )
 
 
@@ -613,11 +615,11 @@ def test_tx_pipeline(params):
     run_cocotb(_design(params), name="tx_pipeline", module="test_tx_pipeline", params=params, testcase=TESTS)
 
 
-# Built without SRv6 (the two-plane boards' NIC): no route templates, and the SRV6 register set to 1 is
-# ignored: every frame is single-IPv6.
+# The two-plane boards' TX pipeline: built without SRv6 (no route templates, and the SRV6 register set
+# to 1 is ignored: every frame is single-IPv6) and with two payload reads ahead (BOARD_NIC).
 @pytest.mark.long(seconds=60)
 def test_tx_pipeline_without_srv6():
-    params = {"data_width": 4, "planes": 2, "destinations": 0}
+    params = {"data_width": 8, "planes": 2, "destinations": 0, "lookahead": 2}
     run_cocotb(
         _design(params),
         name="tx_pipeline",
