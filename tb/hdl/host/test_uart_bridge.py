@@ -349,7 +349,12 @@ async def retries_recover(dut):
     uart.flip_rate = 0.01
     expected = bytearray(ram.read(0, 0x400))
     writes = 0
-    for i in range(24):
+    # At least 24 requests, and on until the line has flipped 6 bits and the transport retried 5 times
+    # (a seed with few or short requests could otherwise pass without exercising the retries).
+    i = 0
+    while i < 24 or not (uart.flips > 5 and t.stats["retries"] > 4):
+        assert i < 400, f"only {uart.flips} flips and {t.stats['retries']} retries in {i} requests"
+        i += 1
         address = 4 * rng.randrange(0x100 - 16)
         lose = i % 6 == 3
         if lose:
