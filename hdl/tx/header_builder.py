@@ -100,6 +100,9 @@ class HeaderBuilder(wiring.Component):
     ):
         self.data_width, self.planes, self.srv6 = data_width, planes, srv6
         self._job_layout = job_layout(qps, ev_slots, planes)
+        if lookahead < 1:  # a job waits in the queue while its payload is read
+            self._MustUse__silence = True  # no "created but never used" warning for a rejected instance
+            raise ValueError(f"lookahead must be at least 1, not {lookahead}")
         self.lookahead = lookahead
         super().__init__(
             {

@@ -143,6 +143,8 @@ def test_nic_overrides_reach_the_board_top():
     spec = BOARDS["versa_ecp5"]
     module = BoardTop("versa_ecp5", nic=dict([nic_setting("ev_slots=8")])).elaborate(spec.platform())
     caps = module.submodules.board.caps
+    # BOARD_NIC's lookahead reaches the TX pipeline (it is no capability, so not in caps)
+    assert module.submodules.board._nic._core._tx.lookahead == 2
     # the Versa's NIC: one QP, an 8-byte data path, no SRv6 (docs/boards.md)
     assert (caps.qps, caps.planes, caps.ev_slots, caps.data_width) == (1, 2, 8, 8)
     assert caps.destinations == 0 and not caps.srv6

@@ -629,6 +629,13 @@ def test_tx_pipeline_without_srv6():
     )
 
 
+def test_header_builder_needs_a_lookahead():
+    from mrcnic.hdl.tx.header_builder import HeaderBuilder
+
+    with pytest.raises(ValueError, match="lookahead must be at least 1, not 0"):
+        HeaderBuilder(data_width=8, qps=1, ev_slots=4, planes=2, lookahead=0)
+
+
 @pytest.mark.bench
 @pytest.mark.parametrize("params", BENCH_CONFIGS)
 def test_bench_tx(params):
