@@ -90,8 +90,9 @@ class HeaderBuilder(wiring.Component):
     * ``dma_cmd``: Out, ``{addr, length}`` payload reads, one per WRITE job (none for a PROBE), in job order.
     * ``dma_data``: In, the payload beats (memory lane offsets, ``last`` on each command's last beat).
     * ``packet``: Out, header then payload beats of each packet (unpacked).
-    * ``packet_plane``: Out, ``{plane, beats}``, one per packet, when its first beat is offered; ``beats``
-      is :func:`packet_beats_bound` of the packet, the room reserved for it in the plane's FIFO.
+    * ``packet_plane``: Out, ``{plane, beats}``, one per packet, in the cycle its header is loaded (the
+      cycle before its first beat is offered; the packet waits until it is taken); ``beats`` is
+      :func:`packet_beats_bound` of the packet, the room reserved for it in the plane's FIFO.
     * ``stat_dma_errors``: Out(32), payload beats whose host-memory read failed.
     """
 
@@ -227,31 +228,25 @@ class HeaderBuilder(wiring.Component):
         header = Signal(8 * w * header_beats)  # whole beats, so word_select never runs off the end
         header_end = Signal(range(MAX_HEADER_BYTES + 1))  # byte of the register after the header
         beat = Signal(range(header_beats + 1))
-        plane = Signal.like(job.plane)
-        beats = Signal(PLANE_BEATS_BITS)
         header_only = Signal()  # a probe: the header's last beat ends the packet
 
-        # -- 3. emit header beats, then the payload beats of the same packet.
+        # -- 3. emit header beats, then the payload beats of the same packet. The packet's plane is
+        # announced as its header loads, so one cycle per packet passes without a beat (docs/benchmarks.md).
         with m.FSM():
             with m.State("IDLE"):
-                with m.If(parked.r_rdy):
+                m.d.comb += [
+                    self.packet_plane.valid.eq(parked.r_rdy),
+                    self.packet_plane.payload.plane.eq(job.plane),
+                    self.packet_plane.payload.beats.eq(packet_beats_bound(d.length, w)),
+                ]
+                with m.If(parked.r_rdy & self.packet_plane.ready):
                     m.d.sync += [
                         header.eq(loaded),
                         header_end.eq(start + Mux(probe, Mux(srv6, 130, 90), Mux(srv6, 138, 98) + 4 * imm)),
                         header_only.eq(probe),
-                        plane.eq(job.plane),
-                        beats.eq(packet_beats_bound(d.length, w)),
                         beat.eq(first_beat),
                     ]
                     m.d.comb += parked.r_en.eq(1)
-                    m.next = "PLANE"
-            with m.State("PLANE"):
-                m.d.comb += [
-                    self.packet_plane.valid.eq(1),
-                    self.packet_plane.payload.plane.eq(plane),
-                    self.packet_plane.payload.beats.eq(beats),
-                ]
-                with m.If(self.packet_plane.ready):
                     m.next = "HEADER"
             with m.State("HEADER"):
                 remaining = Signal(range(MAX_HEADER_BYTES + 1))

@@ -358,7 +358,7 @@ class TxPipeline(wiring.Component):
         wiring.connect(m, builder.packet, packer.i)
         wiring.connect(m, packer.o, icrc.i)
         wiring.connect(m, icrc.o, demux.i)
-        # The plane of each packet is known when its first beat leaves the builder, but the demux holds it
+        # The plane of each packet is known when the builder loads its header, but the demux holds it
         # until the packet's last beat is through: a short queue decouples the two.
         m.submodules.plane_order = plane_order = fifo.SyncFIFOBuffered(
             width=builder.packet_plane.payload.shape().size, depth=8
