@@ -5,25 +5,32 @@ control); DESIGN.md "Gateware architecture".
 
 ::
 
-    work_request ► TxPipeline ───────────────────────────────► TX frames ─┐
-                    ▲  ▲   ▲   │ sent        │ watch                      ├► PortMux[p] ► m_axis[p]
-      retransmit,   │  │   │   ▼             ▼                            │
+    work_request ► TxPipeline ─────────────────────────────────────────► m_axis[p]
+                    ▲  ▲   ▲   │ sent        │ watch            ▲ control: RX answers (SACK/NACK/ACK)
+      retransmit,   │  │   │   ▼             ▼                  │ without ICRC, merged a frame at a time
       psn_limit ── TxTracker   │ cwnd_open   Prober ── probe ──► (TxPipeline.probe)
-            │ cc_event,        │             ▲ answers            RX answers (SACK/NACK/ACK)
-            │ inflight         │             │                          │
-            └──► CongestionControl ◄─┘       │                          │
-    path events: tracker + prober restores ► TxPipeline.feedback        │
+            │ cc_event,        │             ▲ answers          │
+            │ inflight         │             │                  │
+            └──► CongestionControl ◄─┘       │                  │
+    path events: tracker + prober restores ► TxPipeline.feedback │
     s_axis[p] ► RxPipeline ─ feedback records ─► fork ─► TxTracker, Prober
+                    ├► control ──────────────────────────────────┘
                     ├► m_axi writes (placed payload)        m_axi reads ◄─ TxPipeline (payload)
                     └► receive_completion
 
 One ``m_axi`` AXI4 port: the TX pipeline uses its read channels, the RX pipeline its write channels.
-Each plane port carries both the TX data frames and the RX pipeline's SACK/NACK/ACK frames, merged a
-whole frame at a time. Configuration enters through the ``*_configure`` streams and the registers are
-plain inputs with the defaults below; the sender-side outputs (``ack``, ``send_error``) and
-``receive_completion`` are streams; ``ev_read`` / ``ev_read_answer`` read one EV slot back (the register
-map's ``ev_slot`` COMMAND = 2). The whole NIC (:class:`~mrcnic.hdl.host.nic_top.MrcNicTop`) drives them
-from its register file and turns the outputs into completion-queue entries.
+Each plane port carries both the TX data frames and the RX pipeline's SACK/NACK/ACK frames. The RX
+pipeline hands its control frames to the TX pipeline without their ICRC; the TX pipeline merges them
+with its data packets a whole frame at a time in front of its ICRC inserter, so one inserter serves
+both (fewer logic cells than a second one in the response builder: docs/boards.md), and they share the
+plane FIFOs, where a control frame claims room before it starts like a data packet
+(``TxPipeline`` "Control frames").
+
+Configuration enters through the ``*_configure`` streams and the registers are plain inputs with the
+defaults below; the sender-side outputs (``ack``, ``send_error``) and ``receive_completion`` are streams;
+``ev_read`` / ``ev_read_answer`` read one EV slot back (the register map's ``ev_slot`` COMMAND = 2). The
+whole NIC (:class:`~mrcnic.hdl.host.nic_top.MrcNicTop`) drives them from its register file and turns the
+outputs into completion-queue entries.
 
 A QP is in ERROR (``qp_error``) from its first error record (the tracker's or the ACK watchdog's) or a
 receive-side error until it is connected again; meanwhile it sends nothing (§7.4): the segmenter
@@ -41,8 +48,7 @@ from .dma.axi import Axi4Signature
 from .fanout import StreamFork, StreamMerge
 from .rx.pipeline import STATS as RX_STATS
 from .rx.pipeline import RxPipeline
-from .rx.plane_arbiter import PlaneArbiter
-from .stream import AxiStreamSignature, axis_to_stream, stream_to_axis
+from .stream import AxiStreamSignature
 from .tx.ack_watchdog import AckWatchdog
 from .tx.congestion import STATS as CC_STATS
 from .tx.congestion import CongestionControl
@@ -127,7 +133,10 @@ class MrcNic(wiring.Component):
             window=window,
             destinations=destinations,
             lookahead=lookahead,
+            control_in=True,
         )
+        # The receive side's SACKs, NACKs and ACKs go out through the transmit pipeline, which appends
+        # their ICRC with the one it has for data: one ICRC inserter, not two (docs/boards.md).
         self._rx = RxPipeline(
             data_width=data_width,
             planes=planes,
@@ -136,6 +145,7 @@ class MrcNic(wiring.Component):
             destinations=destinations,
             window=window,
             clock_hz=clock_hz,
+            control_to_tx=True,
         )
         self._tracker = TxTracker(qps=qps, window=window, ev_slots=ev_slots)
         self._prober = Prober(qps=qps, ev_slots=ev_slots, targets=self._tx._paths.targets)
@@ -414,13 +424,11 @@ class MrcNic(wiring.Component):
             else:
                 m.d.comb += port.eq(mine)
 
-        # -- plane ports: frames in to RX; TX data and RX answers merged a frame at a time
+        # -- plane ports: frames in to RX; out from TX, data and RX answers merged there a frame at a time
+        wiring.connect(m, rx.control, tx.control)
         for p in range(planes):
             wiring.connect(m, wiring.flipped(self.s_axis[p]), rx.s_axis[p])
-            m.submodules[f"port_mux_{p}"] = mux = PlaneArbiter(data_width=self.data_width, planes=2)
-            axis_to_stream(m, tx.m_axis[p], mux.i[0])
-            axis_to_stream(m, rx.m_axis[p], mux.i[1])
-            stream_to_axis(m, mux.o, self.m_axis[p])
+            wiring.connect(m, tx.m_axis[p], wiring.flipped(self.m_axis[p]))
             for direction, port in (("rx", self.s_axis[p]), ("tx", self.m_axis[p])):
                 frames = getattr(self, f"stat_port_{direction}_frames")[p]
                 nbytes = getattr(self, f"stat_port_{direction}_bytes")[p]

@@ -6,7 +6,8 @@ Ref: docs/protocol.md §5.5, §5.8, §7, §8, §9.3; DESIGN.md "Gateware archite
                               └► FrameBuffer (store and forward, ICRC) ─► join ► Validator
     Validator ► ReceiveEngine (SackTracker, CompletionTracker, coalescing and pacing)
        ├► release ► FrameBuffer ► payload ► DmaWriter ► m_axi (AXI4 writes at the RETH VA)
-       ├► response ► ResponseBuilder ► m_axis[p] (SACK / NACK / ACK on the reverse path)
+       ├► response ► ResponseBuilder ► m_axis[p] (SACK / NACK / ACK on the reverse path; or, without
+       │                                ICRC, ``control`` to the transmit pipeline)
        ├► feedback ► FeedbackDecoder ► feedback (for the sender, issue 6)
        └► receive_completion (WRITE-with-immediate, after its data is in memory)
 
@@ -33,7 +34,7 @@ from .parser import HeaderParser, ParsedHeaders
 from .plane_arbiter import PlaneArbiter
 from .receive_engine import STATS as ENGINE_STATS
 from .receive_engine import ReceiveEngine
-from .response_builder import ResponseBuilder
+from .response_builder import ResponseBuilder, output_layout
 from .validator import Validator, mr_entry_layout, qp_entry_layout
 
 __all__ = ["RxPipeline", "STATS", "rx_qp_configure_layout"]
@@ -63,7 +64,10 @@ def rx_qp_configure_layout(qps: int, destinations: int) -> data.StructLayout:
 
 class RxPipeline(wiring.Component):
     """Parameters: ``data_width``, ``planes`` (1, 2, 4), ``qps``, ``mrs``, ``destinations``, ``window``,
-    ``buffer_frames`` (maximum frames the store-and-forward buffer holds), ``clock_hz``."""
+    ``buffer_frames`` (maximum frames the store-and-forward buffer holds), ``clock_hz``,
+    ``control_to_tx`` (False: the control frames leave complete on ``m_axis[p]``; True: they leave
+    without their ICRC on one stream, ``control`` (``{data, keep, last, plane}``), for the transmit
+    pipeline to finish and send with its own ICRC inserter, as ``mrcnic.hdl.nic`` does)."""
 
     def __init__(
         self,
@@ -76,15 +80,21 @@ class RxPipeline(wiring.Component):
         window: int = 256,
         buffer_frames: int = 3,
         clock_hz: float = 250e6,
+        control_to_tx: bool = False,
     ):
         self.data_width, self.planes, self.qps, self.mrs = data_width, planes, qps, mrs
+        self.control_to_tx = control_to_tx
         self.destinations, self.window, self.buffer_frames = destinations, window, buffer_frames
         self.clock_hz = clock_hz
         us = round(clock_hz / 1e6)
         super().__init__(
             {
                 "s_axis": In(AxiStreamSignature(data_width)).array(planes),
-                "m_axis": Out(AxiStreamSignature(data_width)).array(planes),
+                **(
+                    {"control": Out(stream.Signature(output_layout(data_width, planes)))}
+                    if control_to_tx
+                    else {"m_axis": Out(AxiStreamSignature(data_width)).array(planes)}
+                ),
                 "m_axi": Out(Axi4WriteSignature(addr_width=64, data_width_bytes=data_width)),
                 "qp_configure": In(stream.Signature(rx_qp_configure_layout(qps, destinations))),
                 "mr_configure": In(
@@ -133,7 +143,11 @@ class RxPipeline(wiring.Component):
         )
         m.submodules.writer = writer = DmaWriter(data_width=w)
         m.submodules.builder = builder = ResponseBuilder(
-            data_width=w, planes=planes, qps=qps, destinations=self.destinations
+            data_width=w,
+            planes=planes,
+            qps=qps,
+            destinations=self.destinations,
+            append_icrc=not self.control_to_tx,
         )
         m.submodules.feedback = feedback = FeedbackDecoder(qps=qps, destinations=self.destinations)
 
@@ -226,20 +240,23 @@ class RxPipeline(wiring.Component):
         wiring.connect(m, engine.receive_completion, wiring.flipped(self.receive_completion))
         wiring.connect(m, engine.response, builder.response)
 
-        # -- control frames out, one stream per plane ------------------------------------------------
+        # -- control frames out: to the transmit pipeline, or one stream per plane -------------------
         out = builder.o
-        for p in range(planes):
-            port = PacketStream(w).create(path=("outbound", str(p)))
-            selected = out.payload.plane == p
-            m.d.comb += [
-                port.payload.data.eq(out.payload.data),
-                port.payload.keep.eq(out.payload.keep),
-                port.payload.last.eq(out.payload.last),
-                port.valid.eq(out.valid & selected),
-            ]
-            with m.If(selected):
-                m.d.comb += out.ready.eq(port.ready)
-            stream_to_axis(m, port, self.m_axis[p])
+        if self.control_to_tx:
+            wiring.connect(m, out, wiring.flipped(self.control))
+        else:
+            for p in range(planes):
+                port = PacketStream(w).create(path=("outbound", str(p)))
+                selected = out.payload.plane == p
+                m.d.comb += [
+                    port.payload.data.eq(out.payload.data),
+                    port.payload.keep.eq(out.payload.keep),
+                    port.payload.last.eq(out.payload.last),
+                    port.valid.eq(out.valid & selected),
+                ]
+                with m.If(selected):
+                    m.d.comb += out.ready.eq(port.ready)
+                stream_to_axis(m, port, self.m_axis[p])
 
         # -- counters -------------------------------------------------------------------------------
         for name in ENGINE_STATS:

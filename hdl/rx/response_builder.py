@@ -24,8 +24,9 @@ Members (W = ``data_width`` bytes per beat, P = ``planes``):
   are not used). ``dscp_control``: In(6), default ``Dscp.CONTROL``. ``port_up``: In(P), default all up.
 * ``route_configure``: In, ``{dest, template: RouteTemplateLayout}``: writes one route template (same
   meaning as ``SourceRouter.configure``; none when built without SRv6). Writes take priority over records.
-* ``o``: Out, ``{data, keep, last, plane}``: the frame with its ICRC, packed (every beat full but the
-  last), ``plane`` constant over a frame. Frames leave in record order.
+* ``o``: Out, ``{data, keep, last, plane}``: the frame with its ICRC (without it when built with
+  ``append_icrc=False``), packed (every beat full but the last), ``plane`` constant over a frame. Frames
+  leave in record order.
 * ``stat_sacks``, ``stat_nacks``, ``stat_acks`` (frames built), ``stat_no_plane`` (records dropped
   because no port was up), ``stat_bad_opcode``: Out(32), wrapping.
 
@@ -62,9 +63,10 @@ from amaranth.lib.wiring import In, Out
 from mrcnic.wire.constants import ETHERTYPE_IPV6, IPPROTO_IPV6, IPPROTO_UDP, Dscp, Ecn, Opcode
 
 from .. import headers as hdr
+from ..stream import PacketStream
 from ..tx.header_builder import tx_config_layout
 from ..tx.icrc_inserter import IcrcInserter
-from ..tx.layouts import bits_for
+from ..tx.layouts import MAX_CONTROL_FRAME_BYTES, bits_for, control_frame_layout
 from ..tx.source_router import RouteTemplateLayout, route_configure_members, specialise
 
 __all__ = ["MAX_FRAME_BYTES", "ResponseBuilder", "output_layout", "response_layout"]
@@ -73,6 +75,7 @@ __all__ = ["MAX_FRAME_BYTES", "ResponseBuilder", "output_layout", "response_layo
 EXT_BYTES = {Opcode.SACK: 36, Opcode.NACK: 20, Opcode.ACK: 4}
 # Largest frame without ICRC: SRv6 SACK (§2.3: 154 bytes with the ICRC).
 MAX_FRAME_BYTES = 14 + 40 + 40 + 8 + 12 + max(EXT_BYTES.values())
+assert MAX_FRAME_BYTES == MAX_CONTROL_FRAME_BYTES
 OOO_COUNT_MAX = 0x7FFF  # CC_STATE ooo_count is 15 bits on the wire, saturating (§7.2)
 
 
@@ -110,22 +113,32 @@ def response_layout(qps: int, destinations: int) -> data.StructLayout:
 
 def output_layout(data_width: int, planes: int) -> data.StructLayout:
     """A frame beat with the plane port it goes out on."""
-    return data.StructLayout(
-        {"data": 8 * data_width, "keep": data_width, "last": 1, "plane": bits_for(planes)}
-    )
+    return control_frame_layout(data_width, planes)
 
 
 class ResponseBuilder(wiring.Component):
     """Parameters: ``data_width`` (bytes per beat, a power of two >= 4: the ICRC inserter's minimum),
     ``planes`` (1, 2 or 4), ``qps``, ``destinations`` (route-template table size; 0: built without SRv6,
     every frame is single-IPv6 and there is no ``route_configure``), ``plane_fifo_depth`` (frames
-    between header load and output). Members: see the module docstring."""
+    between header load and output), ``append_icrc`` (False: ``o`` carries each frame without its ICRC
+    and there is no ICRC inserter, for a NIC whose transmit pipeline appends it: ``mrcnic.hdl.nic``).
+    Members: see the module docstring."""
 
-    def __init__(self, *, data_width: int, planes: int, qps: int, destinations: int, plane_fifo_depth=8):
+    def __init__(
+        self,
+        *,
+        data_width: int,
+        planes: int,
+        qps: int,
+        destinations: int,
+        plane_fifo_depth=8,
+        append_icrc: bool = True,
+    ):
         if planes not in (1, 2, 4):
             raise ValueError(f"planes must be 1, 2 or 4, not {planes}")
         self.data_width, self.planes, self.qps, self.destinations = data_width, planes, qps, destinations
         self.plane_fifo_depth = plane_fifo_depth
+        self.append_icrc = append_icrc
         self.srv6 = destinations > 0
         self._response_layout = response_layout(qps, destinations)
         super().__init__(
@@ -303,11 +316,14 @@ class ResponseBuilder(wiring.Component):
         shifter = Signal(8 * w * header_beats)
         frame_srv6 = Signal()  # the mode of the frame in the register
         remaining = Signal(range(MAX_FRAME_BYTES + 1))  # bytes still to send; 0 = idle
-        m.submodules.icrc = icrc = IcrcInserter(data_width=w)
-        beat_out = icrc.i
+        if self.append_icrc:
+            m.submodules.icrc = icrc = IcrcInserter(data_width=w)
+            m.d.comb += icrc.skip.eq(Mux(frame_srv6, 54, 14))  # the outer IPv6 header is not covered (§8)
+            beat_out, framed = icrc.i, icrc.o
+        else:
+            beat_out = framed = PacketStream(w).create(path=("frame",))
         last_beat = remaining <= w
         m.d.comb += [
-            icrc.skip.eq(Mux(frame_srv6, 54, 14)),  # the outer IPv6 header is not covered (§8)
             beat_out.valid.eq(remaining != 0),
             beat_out.payload.data.eq(
                 Mux(frame_srv6, shifter[: 8 * w], shifter[8 * single : 8 * (single + w)])
@@ -342,8 +358,7 @@ class ResponseBuilder(wiring.Component):
             with m.Else():
                 m.d.sync += self.stat_acks.eq(self.stat_acks + 1)
 
-        # -- 5. output: the ICRC inserter's beats with the plane of their frame.
-        framed = icrc.o
+        # -- 5. output: the ICRC inserter's beats (or the emitter's) with the plane of their frame.
         m.d.comb += [
             self.o.valid.eq(framed.valid & plane_fifo.r_rdy),
             self.o.payload.data.eq(framed.payload.data),

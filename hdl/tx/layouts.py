@@ -24,6 +24,18 @@ def bits_for(count: int) -> int:
     return max(1, (count - 1).bit_length())
 
 
+# The largest control frame without its ICRC: an SRv6 SACK (docs/protocol.md §2.3: 154 bytes with it).
+MAX_CONTROL_FRAME_BYTES = 14 + 40 + 40 + 8 + 12 + 28 + 8
+
+
+def control_frame_layout(data_width: int, planes: int) -> data.StructLayout:
+    """A beat of a control frame (SACK, NACK, ACK) with the plane port it goes out on; the receive
+    side's response builder makes them, the transmit pipeline may finish and send them."""
+    return data.StructLayout(
+        {"data": 8 * data_width, "keep": data_width, "last": 1, "plane": bits_for(planes)}
+    )
+
+
 class WriteKind(enum.Enum, shape=1):
     WRITE = 0
     WRITE_IMM = 1

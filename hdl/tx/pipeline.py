@@ -8,7 +8,8 @@ Ref: docs/protocol.md §2-§9; DESIGN.md "Gateware architecture".
     PathSelector (EV slot, plane) ► QP context (peer QPN, GID, destination) ► SourceRouter (outer DA)
       (probes skip it: their EV is given) │ job                                ► sent (to the tracker)
                         ▼
-    HeaderBuilder ◄─► DmaReader (AXI4 reads of the payload) ► StreamPacker ► IcrcInserter
+    HeaderBuilder ◄─► DmaReader (AXI4 reads of the payload) ► StreamPacker ─┬► IcrcInserter
+                                        control frames (``control_in``) ──────┘
                         ► PlaneDemux ► m_axis[p], one per plane
 
 This is the data path. The closed loop around it (``mrcnic.hdl.nic``) drives ``retransmit`` and
@@ -18,12 +19,22 @@ to the tracker, ``watch`` the EVs to probe to the prober, ``path_trace`` every E
 (the path selector's ``decision``). Until the host interface exists (issue 7),
 configuration enters through the ``*_configure`` streams and the register inputs.
 
+Control frames (``control_in=True``, as in the NIC). ``control`` (In, ``{data, keep, last, plane}``,
+packed) takes the receive side's SACK, NACK and ACK frames without their ICRC. They join the data
+packets a whole frame at a time in front of the ICRC inserter (the NIC has one inserter, not two) and go
+to the plane their ``plane`` names through the same plane FIFOs. A control frame starts only when its
+plane's FIFO has room for it beyond every claim and a maximum-size packet (``PlaneDemux.control_room``)
+and claims that room as it starts, so the demux never waits on a full FIFO and a blocked port holds back
+nothing for the others. ``plane_queue_beats`` does not hold control frames back (it bounds how long
+data waits, whose send time is stamped as it is built), though the room they take counts against data.
+When data and control frames both wait they take turns. ``stat_control_frames`` counts them.
+
 ``ev_read`` (In, ``{qp, slot}``) / ``ev_read_answer`` (Out, ``{ev, state}``): the host reads one EV slot
 back, answered in order, one at a time (the path selector's ``slot_read`` / ``slot_read_answer``: it
 uses the EV table only in cycles the packets leave free, so it never delays one).
 """
 
-from amaranth import Const, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -33,9 +44,23 @@ from ..dma.axi import Axi4ReadSignature
 from ..dma.reader import DmaReader
 from ..stream import AxiStreamSignature, stream_to_axis
 from ..stream_packer import StreamPacker
-from .header_builder import MAX_HEADER_BYTES, HeaderBuilder, job_layout, packet_beats_bound, tx_config_layout
+from .header_builder import (
+    MAX_HEADER_BYTES,
+    PLANE_BEATS_BITS,
+    HeaderBuilder,
+    job_layout,
+    packet_beats_bound,
+    tx_config_layout,
+)
 from .icrc_inserter import IcrcInserter
-from .layouts import MAX_PMTU, bits_for, feedback_layout, work_request_layout
+from .layouts import (
+    MAX_CONTROL_FRAME_BYTES,
+    MAX_PMTU,
+    bits_for,
+    control_frame_layout,
+    feedback_layout,
+    work_request_layout,
+)
 from .path_selector import STATS as PATH_STATS
 from .path_selector import PathSelector, configure_layout, seed_layout
 from .plane_demux import PlaneDemux
@@ -68,7 +93,9 @@ class TxPipeline(wiring.Component):
     plane FIFO holds),
     ``retry_cycles`` (wait before asking the path selector again when no EV was usable), ``lookahead``
     (packets whose payload read is issued while they wait for their header: ``HeaderBuilder``'s; 2 keeps
-    the queue in flip-flops instead of LUT RAM, enough for on-chip host memory).
+    the queue in flip-flops instead of LUT RAM, enough for on-chip host memory), ``control_in`` (True:
+    ``control`` takes the receive side's control frames, without their ICRC, into this pipeline's ICRC
+    inserter and plane FIFOs; see "Control frames" in the module docstring).
     """
 
     def __init__(
@@ -84,8 +111,12 @@ class TxPipeline(wiring.Component):
         plane_fifo_packets: int = 2,
         retry_cycles: int = 16,
         lookahead: int = 4,
+        control_in: bool = False,
     ):
         self.data_width, self.planes, self.qps = data_width, planes, qps
+        self.control_in = control_in
+        # A control frame's beats, its ICRC included (packed: it starts on lane 0).
+        self.control_beats = -(-(MAX_CONTROL_FRAME_BYTES + 4) // data_width) if control_in else 0
         self.ev_slots, self.destinations = ev_slots, destinations
         self.srv6 = destinations > 0
         self.backups, self.window = backups, window
@@ -140,6 +171,9 @@ class TxPipeline(wiring.Component):
             "stat_dma_errors": Out(32),
             **{f"stat_path_{name}": Out(32) for name in PATH_STATS},
         }
+        if control_in:
+            members["control"] = In(stream.Signature(control_frame_layout(data_width, planes)))
+            members["stat_control_frames"] = Out(32)
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -169,6 +203,7 @@ class TxPipeline(wiring.Component):
             planes=planes,
             fifo_depth=self.plane_fifo_depth,
             max_packet_beats=self.max_packet_beats,
+            control_beats=self.control_beats,
         )
 
         # -- configuration and control inputs
@@ -356,7 +391,6 @@ class TxPipeline(wiring.Component):
         wiring.connect(m, dma.data, builder.dma_data)
         wiring.connect(m, wiring.flipped(self.m_axi), dma.axi)
         wiring.connect(m, builder.packet, packer.i)
-        wiring.connect(m, packer.o, icrc.i)
         wiring.connect(m, icrc.o, demux.i)
         # The plane of each packet is known when the builder loads its header, but the demux holds it
         # until the packet's last beat is through: a short queue decouples the two.
@@ -364,13 +398,83 @@ class TxPipeline(wiring.Component):
             width=builder.packet_plane.payload.shape().size, depth=8
         )
         m.d.comb += [
-            plane_order.w_data.eq(builder.packet_plane.payload),
-            plane_order.w_en.eq(builder.packet_plane.valid),
-            builder.packet_plane.ready.eq(plane_order.w_rdy),
             demux.plane.payload.eq(plane_order.r_data),
             demux.plane.valid.eq(plane_order.r_rdy),
             plane_order.r_en.eq(demux.plane.ready),
         ]
+        if self.control_in:
+            self._merge_control_frames(m, builder, packer, icrc, demux, plane_order)
+        else:
+            wiring.connect(m, packer.o, icrc.i)
+            m.d.comb += [
+                plane_order.w_data.eq(builder.packet_plane.payload),
+                plane_order.w_en.eq(builder.packet_plane.valid),
+                builder.packet_plane.ready.eq(plane_order.w_rdy),
+            ]
         for p in range(planes):
             stream_to_axis(m, demux.o[p], self.m_axis[p])
         return m
+
+    def _merge_control_frames(self, m, builder, packer, icrc, demux, plane_order):
+        """Data packets (from the packer) and control frames (``control``) into the ICRC inserter, a
+        whole frame at a time; each frame's ``{plane, beats}`` goes into ``plane_order`` as it starts.
+
+        A control frame starts only when its plane's FIFO has room for it (``control_room``), and claims
+        that room as it starts, so the demux never waits on a full FIFO: one blocked port never stops
+        the others. When both wait, they alternate (control frames are short and their latency counts;
+        data is never starved by a stream of them). A frame's first beat passes in the cycle it is
+        chosen, so merging adds no idle cycle between frames.
+        """
+        control = self.control
+        m.submodules.data_planes = data_planes = fifo.SyncFIFOBuffered(
+            width=builder.packet_plane.payload.shape().size, depth=8
+        )
+        m.d.comb += [
+            data_planes.w_data.eq(builder.packet_plane.payload),
+            data_planes.w_en.eq(builder.packet_plane.valid),
+            builder.packet_plane.ready.eq(data_planes.w_rdy),
+        ]
+        in_frame = Signal()  # a frame has started and its last beat has not passed
+        from_control = Signal()  # the source of that frame
+        data_first = Signal()  # the last frame was a control frame: data goes first if both wait
+        control_plane = control.payload.plane
+        control_can = control.valid & demux.control_room.bit_select(control_plane, 1) & plane_order.w_rdy
+        data_can = data_planes.r_rdy & plane_order.w_rdy
+        start_control = ~in_frame & control_can & ~(data_first & data_can)
+        start_data = ~in_frame & data_can & ~start_control
+        use_control = Mux(in_frame, from_control, start_control)
+        active = in_frame | start_control | start_data
+        m.d.comb += [
+            icrc.i.valid.eq(active & Mux(use_control, control.valid, packer.o.valid)),
+            *(
+                getattr(icrc.i.payload, field).eq(
+                    Mux(use_control, getattr(control.payload, field), getattr(packer.o.payload, field))
+                )
+                for field in ("data", "keep", "last")
+            ),
+            control.ready.eq(active & use_control & icrc.i.ready),
+            packer.o.ready.eq(active & ~use_control & icrc.i.ready),
+        ]
+        with m.If(start_control):
+            m.d.comb += [
+                plane_order.w_en.eq(1),
+                plane_order.w_data.eq(Cat(control_plane, Const(self.control_beats, PLANE_BEATS_BITS))),
+                demux.control_reserve.valid.eq(1),
+                demux.control_reserve.payload.plane.eq(control_plane),
+                demux.control_reserve.payload.beats.eq(self.control_beats),
+            ]
+            m.d.sync += [
+                from_control.eq(1),
+                data_first.eq(1),
+                self.stat_control_frames.eq(self.stat_control_frames + 1),
+            ]
+        with m.If(start_data):
+            m.d.comb += [
+                plane_order.w_en.eq(1),
+                plane_order.w_data.eq(data_planes.r_data),
+                data_planes.r_en.eq(1),
+            ]
+            m.d.sync += [from_control.eq(0), data_first.eq(0)]
+        passed_last = icrc.i.valid & icrc.i.ready & icrc.i.payload.last
+        with m.If(active):
+            m.d.sync += in_frame.eq(~passed_last)

@@ -13,7 +13,7 @@ stamped when they are built, so the time a packet waits here shifts its send tim
 other planes, and the time rule (docs/protocol.md §7.7) tolerates only ``reorder_slack`` of that.
 """
 
-from amaranth import Array, Module, Signal
+from amaranth import Array, Const, Module, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -29,26 +29,39 @@ class PlaneDemux(wiring.Component):
     order), ``reserve`` (``{plane, beats}``: a packet was chosen for this plane), ``plane_ready``
     (Out(planes)), ``queue_limit`` (In, beats; default: the FIFO depth, i.e. no limit beyond room), ``o``
     (one packet stream per plane).
+
+    With ``control_beats`` > 0 (control frames of at most that many beats share the planes' FIFOs:
+    ``TxPipeline(control_in=True)``) there are also ``control_reserve`` (In, ``{plane, beats}``) and
+    ``control_room`` (Out(planes)): room for one control frame beyond all claims *and* a maximum-size
+    packet, so a packet chosen on ``plane_ready`` still fits when control frames claim room before it
+    does. Control frames ignore ``queue_limit``: it bounds how long data waits, and a control frame
+    must leave whatever the data queue.
     """
 
-    def __init__(self, *, data_width: int, planes: int, fifo_depth: int, max_packet_beats: int):
-        if fifo_depth < max_packet_beats:
+    def __init__(
+        self, *, data_width: int, planes: int, fifo_depth: int, max_packet_beats: int, control_beats: int = 0
+    ):
+        if fifo_depth < max_packet_beats + control_beats:
             raise ValueError(
                 f"a plane FIFO of {fifo_depth} beats cannot hold a {max_packet_beats}-beat packet"
+                + (f" and a {control_beats}-beat control frame" if control_beats else "")
             )
         self.data_width, self.planes = data_width, planes
         self.fifo_depth, self.max_packet_beats = fifo_depth, max_packet_beats
+        self.control_beats = control_beats
         plane_layout = data.StructLayout({"plane": bits_for(planes), "beats": PLANE_BEATS_BITS})
-        super().__init__(
-            {
-                "i": In(PacketStream(data_width)),
-                "plane": In(stream.Signature(plane_layout)),
-                "reserve": In(stream.Signature(plane_layout)),
-                "plane_ready": Out(planes),
-                "queue_limit": In(range(fifo_depth + 1), init=fifo_depth),
-                "o": Out(PacketStream(data_width)).array(planes),
-            }
-        )
+        members = {
+            "i": In(PacketStream(data_width)),
+            "plane": In(stream.Signature(plane_layout)),
+            "reserve": In(stream.Signature(plane_layout)),
+            "plane_ready": Out(planes),
+            "queue_limit": In(range(fifo_depth + 1), init=fifo_depth),
+            "o": Out(PacketStream(data_width)).array(planes),
+        }
+        if control_beats:
+            members["control_reserve"] = In(stream.Signature(plane_layout))
+            members["control_room"] = Out(planes)
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -69,6 +82,8 @@ class PlaneDemux(wiring.Component):
         # packet goes in, its beats count twice - in the FIFO level and in the claim: conservative.)
         claimed = Array(Signal(range(8 * self.fifo_depth), name=f"claimed_{p}") for p in range(planes))
         m.d.comb += self.reserve.ready.eq(1)
+        if self.control_beats:
+            m.d.comb += self.control_reserve.ready.eq(1)
         finished = Signal()  # last beat of the current packet enters its FIFO this cycle
         target = self.plane.payload.plane
         for p in range(planes):
@@ -78,7 +93,12 @@ class PlaneDemux(wiring.Component):
                 m.d.comb += up.eq(self.reserve.payload.beats)
             with m.If(finished & (target == p)):
                 m.d.comb += down.eq(self.plane.payload.beats)
-            m.d.sync += claimed[p].eq(claimed[p] + up - down)
+            control_up = Const(0)
+            if self.control_beats:
+                control_up = Signal.like(claimed[p], name=f"control_claim_{p}")
+                with m.If(self.control_reserve.valid & (self.control_reserve.payload.plane == p)):
+                    m.d.comb += control_up.eq(self.control_reserve.payload.beats)
+            m.d.sync += claimed[p].eq(claimed[p] + up + control_up - down)
             free = Signal(range(self.fifo_depth + 1), name=f"free_{p}")
             m.d.comb += [
                 free.eq(self.fifo_depth - queues[p].level),
@@ -87,6 +107,10 @@ class PlaneDemux(wiring.Component):
                     & (queues[p].level + claimed[p] < self.queue_limit)
                 ),
             ]
+            if self.control_beats:
+                m.d.comb += self.control_room[p].eq(
+                    free >= claimed[p] + self.max_packet_beats + self.control_beats
+                )
 
         # Route the current packet (its plane is at the head of ``plane``) into that plane's FIFO.
         w_rdy = Array(q.w_rdy for q in queues)

@@ -252,13 +252,24 @@ def _frame_lengths(srv6):
 
 # -- Amaranth simulator ---------------------------------------------------------------------------
 # srv6 None: a builder built without SRv6 (destinations = 0), its SRV6 register set to 1 all the same.
-CONFIGS = [(w, planes, srv6) for w in (8, 32) for planes in (1, 2, 4) for srv6 in (True, False)]
-CONFIGS += [(8, 2, None), (32, 1, None)]
+# icrc False: built with append_icrc=False (the NIC's: its transmit pipeline appends the ICRC).
+CONFIGS = [(w, planes, srv6, True) for w in (8, 32) for planes in (1, 2, 4) for srv6 in (True, False)]
+CONFIGS += [
+    (8, 2, None, True),
+    (32, 1, None, True),
+    (8, 2, None, False),
+    (8, 4, True, False),
+    (4, 1, False, False),
+]
 MODE_IDS = {True: "srv6", False: "single", None: "built-without-srv6"}
 
 
-@pytest.mark.parametrize("w, planes, srv6", CONFIGS, ids=[f"dw{w}-p{p}-{MODE_IDS[s]}" for w, p, s in CONFIGS])
-def test_frames_equal_the_codec(w, planes, srv6):
+@pytest.mark.parametrize(
+    "w, planes, srv6, icrc",
+    CONFIGS,
+    ids=[f"dw{w}-p{p}-{MODE_IDS[s]}" + ("" if c else "-no-icrc") for w, p, s, c in CONFIGS],
+)
+def test_frames_equal_the_codec(w, planes, srv6, icrc):
     seed = int(os.environ.get("SEED") or random.randrange(1 << 30))
     print(f"seed {seed} (SEED={seed} reproduces)")
     rng = random.Random(seed)
@@ -267,7 +278,9 @@ def test_frames_equal_the_codec(w, planes, srv6):
     setup = Setup(rng, planes=planes, srv6=srv6)
     # Without SRv6 there are no templates to write, and the record's dest (1 bit) is ignored.
     dests = DESTS if built else 2
-    dut = ResponseBuilder(data_width=w, planes=planes, qps=QPS, destinations=DESTS if built else 0)
+    dut = ResponseBuilder(
+        data_width=w, planes=planes, qps=QPS, destinations=DESTS if built else 0, append_icrc=icrc
+    )
     n_records = 120
     rewrite_at = n_records // 2  # dest 0's template is rewritten here: later records use the new one
     new_route = setup.random_route()
@@ -315,12 +328,15 @@ def test_frames_equal_the_codec(w, planes, srv6):
         for name in ("sacks", "nacks", "acks", "no_plane", "bad_opcode"):
             counters[name] = ctx.get(getattr(dut, f"stat_{name}"))
 
-    run(dut, source, sink, name=f"response_builder_{w}_{planes}_{srv6}")
+    run(dut, source, sink, name=f"response_builder_{w}_{planes}_{srv6}_{icrc}")
 
     assert len(got) == len(expected)
     lengths = _frame_lengths(srv6)
     for i, ((plane, raw), (rec, routes, (exp_plane, exp_raw))) in enumerate(zip(got, expected, strict=True)):
         assert plane == exp_plane, f"frame {i}: plane"
+        if not icrc:  # the frame without its last four bytes; the rest of the checks on the whole frame
+            assert raw == exp_raw[:-4], f"frame {i}: got {raw.hex()}\nwant {exp_raw[:-4].hex()} (no ICRC)"
+            raw += exp_raw[-4:]
         assert raw == exp_raw, (
             f"frame {i} ({Opcode(rec['opcode']).name}):\n got {raw.hex()}\nwant {exp_raw.hex()}"
         )

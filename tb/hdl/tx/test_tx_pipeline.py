@@ -96,6 +96,18 @@ class Tx:
     def port_address(self, plane):
         return wire.port_address(LOCATOR, plane, 0)
 
+    def addressing(self, q, plane, ev):
+        """What this bench's frames of QP ``q`` on ``plane`` with EV ``ev`` carry as addresses."""
+        return wire.Addressing(
+            src_mac=self.port_mac(plane),
+            dst_mac=self.next_hop_mac(plane),
+            src_gid=self.own_gid,
+            dst_gid=self.peer_gid[q],
+            outer_src=self.port_address(plane) if self.srv6 else None,
+            outer_dst=self.routes[q % DESTS].destination(ev) if self.srv6 else None,
+            hop_limit=64,
+        )
+
     async def start(self):
         dut = self.dut
         for name in (
@@ -109,6 +121,7 @@ class Tx:
             "ev_seed",
             *(["route_configure"] if self.dests else []),  # no route templates without SRv6
             "qp_configure",
+            "control",
         ):
             getattr(dut, f"{name}__valid").value = 0
         dut.config.value = pack(
@@ -457,15 +470,7 @@ async def retransmissions_by_psn_and_probes(dut):
     assert len(sent.records) == packets + 2, "probes are not data packets: no sent record"
     for plane, raw in got:
         ev = tx.tables[q].slots[plane].ev
-        addressing = wire.Addressing(
-            src_mac=tx.port_mac(plane),
-            dst_mac=tx.next_hop_mac(plane),
-            src_gid=tx.own_gid,
-            dst_gid=tx.peer_gid[q],
-            outer_src=tx.port_address(plane) if tx.srv6 else None,
-            outer_dst=tx.routes[q % DESTS].destination(ev) if tx.srv6 else None,
-            hop_limit=64,
-        )
+        addressing = tx.addressing(q, plane, ev)
         peth = wire.Peth(
             probe_id=0x4000 + plane,
             spdcid=tx.own_qpn(q) & 0xFFFF,
@@ -510,6 +515,119 @@ async def blocked_plane_gets_nothing_while_others_flow(dut):
     frames = await tx.collect(total)
     decoded = [tx.check_frame(plane, raw) for plane, raw in frames]
     _check_messages(tx, posted, decoded)
+
+
+def _control_frame(tx, rng):
+    """A SACK, NACK or ACK as the receive side's response builder makes it: (plane, frame with ICRC)."""
+    plane = rng.randrange(tx.planes)
+    q = rng.randrange(QPS)
+    ev = (plane << 29) | rng.randrange(1 << 29)
+    addr = tx.addressing(q, plane, ev)
+    ids = {"entropy": ev, "spdcid": tx.own_qpn(q) & 0xFFFF, "dpdcid": tx.peer_qpn[q] & 0xFFFF}
+    opcode = rng.choice([wire.Opcode.SACK, wire.Opcode.NACK, wire.Opcode.ACK])
+    if opcode == wire.Opcode.SACK:
+        headers = [
+            wire.Seth(
+                m=0,
+                pr=0,
+                ack_psn_offset=rng.randrange(-100, 100),
+                cack_psn=rng.randrange(1 << 24),
+                sack_offset=rng.randrange(-100, 100),
+                sack_bitmap=rng.randrange(1 << 64),
+                **ids,
+            ),
+            wire.CcState(tx_timestamp=rng.randrange(1 << 16), ooo_count=7, rcvd_bytes=rng.randrange(1 << 24)),
+        ]
+    elif opcode == wire.Opcode.NACK:
+        headers = [
+            wire.Neth(
+                nack_reason=1, nack_psn=rng.randrange(1 << 24), tx_timestamp=rng.randrange(1 << 16), **ids
+            )
+        ]
+    else:
+        headers = [wire.Aeth(msn=rng.randrange(1 << 16))]
+    frame = wire.control_frame(addr, ev=ev, opcode=opcode, headers=headers, dest_qp=tx.peer_qpn[q])
+    return plane, frame.encode()
+
+
+def _put_control_frame(driver, layout, tx, plane, raw):
+    """Offer ``raw`` without its ICRC (this pipeline appends it) on ``control``, packed, W bytes a beat."""
+    body = raw[:-4]
+    for start in range(0, len(body), tx.w):
+        chunk = body[start : start + tx.w]
+        beat = {
+            "data": int.from_bytes(chunk, "little"),
+            "keep": (1 << len(chunk)) - 1,
+            "last": int(start + tx.w >= len(body)),
+            "plane": plane,
+        }
+        driver.put(pack(layout, beat))
+
+
+@cocotb.test()
+async def control_frames_share_the_icrc(dut):
+    """The receive side's control frames (without ICRC) merged with data under random backpressure: each
+    leaves on its plane, in order, with its ICRC appended (byte for byte the Python definition, and
+    scapy's ICRC); the data is still intact; one blocked plane holds back neither data nor control
+    frames for the others."""
+    from mrcnic.hdl.tx.layouts import control_frame_layout
+
+    tx = Tx(dut, srv6=random.choice([True, False]), pmtu_log2=8, pause=0.3, seed=random.randrange(1 << 30))
+    await tx.start()
+    control = StreamDriver(dut, "control")
+    layout = control_frame_layout(tx.w, tx.planes)
+    rng = tx.rng
+    posted = {q: [] for q in range(QPS)}
+    expected = {p: [] for p in range(tx.planes)}
+    total = 0
+    for n in range(24):
+        q = n % QPS
+        wr = tx.post(q, rng.randint(1, 3 * tx.pmtu))
+        posted[q].append(wr)
+        total += _packets(wr["length"], tx.pmtu)
+        for _ in range(rng.randrange(4)):
+            plane, raw = _control_frame(tx, rng)
+            expected[plane].append(raw)
+            _put_control_frame(control, layout, tx, plane, raw)
+    controls = sum(len(v) for v in expected.values())
+    frames = await tx.collect(total + controls)
+    got = {p: [] for p in range(tx.planes)}
+    data_frames = []
+    for plane, raw in frames:
+        if wire.decode(raw, check_icrc=True).opcode.is_write:
+            data_frames.append((plane, raw))
+        else:
+            got[plane].append(raw)
+            assert Ether(raw)[sl.MRC_BTH].compute_icrc(None) == raw[-4:], "scapy's ICRC"
+    for plane in range(tx.planes):
+        assert got[plane] == expected[plane], f"plane {plane}: control frames differ"
+    _check_messages(tx, posted, [tx.check_frame(plane, raw) for plane, raw in data_frames])
+    assert int(dut.stat_control_frames.value) == controls
+    assert int(dut.stat_packets.value) == total
+    print(f"{controls} control frames and {total} data packets, srv6={tx.srv6}")
+
+    # One plane's port blocked, its FIFO full of data: control frames for the other planes still pass.
+    if tx.planes < 2:
+        return
+    blocked = 1
+    tx.sinks[blocked].clear_pause_generator()  # the random one would override `pause`
+    tx.sinks[blocked].pause = True
+    for q in range(QPS):
+        tx.post(q, 40 * tx.pmtu)
+    await ClockCycles(dut.clk, 20000)
+    before = [sink.count() for sink in tx.sinks]
+    for _ in range(8):
+        plane, raw = _control_frame(tx, rng)
+        while plane == blocked:
+            plane, raw = _control_frame(tx, rng)
+        _put_control_frame(control, layout, tx, plane, raw)
+    for _ in range(200):
+        await ClockCycles(dut.clk, 100)
+        if control.idle():
+            break
+    assert control.idle(), "control frames for open planes were held behind the blocked plane"
+    assert tx.sinks[blocked].count() == before[blocked] == 0
+    tx.sinks[blocked].pause = False
 
 
 @cocotb.test()
@@ -597,6 +715,7 @@ def _design(params):
         ev_slots=EV_SLOTS,
         destinations=params.get("destinations", DESTS),
         lookahead=params.get("lookahead", 4),
+        control_in=True,  # as in the NIC: the receive side's control frames go out through here
     )
 
 
@@ -606,6 +725,7 @@ TESTS = [
     "ev_choices_equal_the_reference_model",
     "retransmissions_by_psn_and_probes",
     "blocked_plane_gets_nothing_while_others_flow",
+    "control_frames_share_the_icrc",
 ]
 
 
