@@ -466,7 +466,13 @@ def test_random_against_reference(qps, window, steps, budget):
             await h.configure(q, ip)
             rcv[q] = [(ip - 1) & M24, set(), {}]
         served = 0
-        for _ in range(steps):
+
+        def covered():  # what the run must have exercised (a seed may need more than `steps` for it)
+            return len(h.got["retransmit"]) > 5 and len(h.got["path_event"]) > 5
+
+        step = 0
+        while step < steps or (not covered() and step < 4 * steps):
+            step += 1
             q = rng.randrange(qps)
             c, got, evs = rcv[q]
             x = rng.random()
@@ -524,8 +530,8 @@ def test_random_against_reference(qps, window, steps, budget):
                 ip = rng.randrange(1 << 24)
                 await h.configure(q, ip)
                 rcv[q] = [(ip - 1) & M24, set(), {}]
-        print({k: len(v) for k, v in h.got.items()}, {k: ref.stats[k] for k in STATS})
-        assert len(h.got["retransmit"]) > 5 and len(h.got["path_event"]) > 5
+        print(step, "steps", {k: len(v) for k, v in h.got.items()}, {k: ref.stats[k] for k in STATS})
+        assert covered()
 
     h.run(body)
 
