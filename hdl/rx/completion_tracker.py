@@ -74,6 +74,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..tables import small_table_attrs
 from ..tx.layouts import bits_for
 
 __all__ = [
@@ -224,7 +225,9 @@ class CompletionTracker(wiring.Component):
         m.submodules.records = records = Memory(shape=record_layout, depth=self.qps * W, init=[])
         rec_wr = records.write_port()
         rec_rd = records.read_port()
-        m.submodules.states = states = Memory(shape=st_layout, depth=self.qps, init=[])
+        m.submodules.states = states = Memory(
+            shape=st_layout, depth=self.qps, init=[], attrs=small_table_attrs(self.qps)
+        )
         st_wr = states.write_port()
         st_rd = states.read_port()
 

@@ -63,6 +63,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..tables import small_table_attrs
 from ..tx.layouts import bits_for
 
 __all__ = [
@@ -161,7 +162,9 @@ class SackTracker(wiring.Component):
         wb = bits_for(W)  # index bits
         ent = entry_layout(W)
 
-        m.submodules.table = table = Memory(shape=ent, depth=self.qps, init=[])
+        m.submodules.table = table = Memory(
+            shape=ent, depth=self.qps, init=[], attrs=small_table_attrs(self.qps)
+        )
         wr = table.write_port()
         rd = table.read_port(transparent_for=(wr,))
 

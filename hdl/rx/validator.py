@@ -29,6 +29,7 @@ from amaranth.lib.wiring import In, Out
 
 from mrcnic.wire.constants import Opcode
 
+from ..tables import small_table_attrs
 from ..tx.layouts import bits_for
 from .completion_tracker import RxError
 from .parser import ParsedHeaders, ParseStatus
@@ -155,7 +156,10 @@ class Validator(wiring.Component):
         qb, mb = bits_for(self.qps), bits_for(self.mrs)
 
         m.submodules.qp_table = qp_table = Memory(
-            shape=qp_entry_layout(self.destinations), depth=self.qps, init=[]
+            shape=qp_entry_layout(self.destinations),
+            depth=self.qps,
+            init=[],
+            attrs=small_table_attrs(self.qps),
         )
         m.submodules.mr_table = mr_table = Memory(shape=mr_entry_layout, depth=self.mrs, init=[])
         qp_wr, mr_wr = qp_table.write_port(), mr_table.write_port()

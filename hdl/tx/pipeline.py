@@ -44,6 +44,7 @@ from ..dma.axi import Axi4ReadSignature
 from ..dma.reader import DmaReader
 from ..stream import AxiStreamSignature, stream_to_axis
 from ..stream_packer import StreamPacker
+from ..tables import small_table_attrs
 from .header_builder import (
     MAX_HEADER_BYTES,
     PLANE_BEATS_BITS,
@@ -250,7 +251,7 @@ class TxPipeline(wiring.Component):
         ]
 
         m.submodules.qp_context = qp_context = memory.Memory(
-            shape=qp_context_layout(self.destinations), depth=qps, init=[]
+            shape=qp_context_layout(self.destinations), depth=qps, init=[], attrs=small_table_attrs(qps)
         )
         ctx_write = qp_context.write_port()
         ctx_read = qp_context.read_port(domain="sync")

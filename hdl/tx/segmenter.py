@@ -19,6 +19,7 @@ from amaranth.lib.wiring import In, Out
 
 from mrcnic.wire.constants import Opcode
 
+from ..tables import small_table_attrs
 from .layouts import MAX_PMTU, WriteKind, bits_for, descriptor_layout, work_request_layout
 
 __all__ = ["Segmenter"]
@@ -70,7 +71,9 @@ class Segmenter(wiring.Component):
 
         # Work request in progress per QP, with the message's sequence numbers and the bytes sent so far.
         slot_layout = data.StructLayout({"wr": wr_layout, "offset": 32, "msn": 16, "rqmsn": 16})
-        m.submodules.slots = slots = memory.Memory(shape=slot_layout, depth=qps, init=[])
+        m.submodules.slots = slots = memory.Memory(
+            shape=slot_layout, depth=qps, init=[], attrs=small_table_attrs(qps)
+        )
         rd = slots.read_port(domain="sync")
         wr = slots.write_port()
 

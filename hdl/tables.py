@@ -1,0 +1,23 @@
+"""Where a small table lives on the FPGA.
+
+Yosys maps every ``lib.memory.Memory`` it can to LUT RAM on the ECP5: TRELLIS_DPR16X4, 16 words of 4 bits,
+which nextpnr counts as six logic cells (two slices of RAM and its write port's). A per-QP table of a
+NIC built for one or two QPs uses one or two of those 16 words: 1.5 logic cells per bit for almost
+nothing. In flip-flops the same table costs one flip-flop per bit and word (their clock enable is the
+word's write enable, so writing takes no LUT) and a 2:1 multiplexer per bit to read: a LUT4 per bit
+(measured: a 190-bit table of two words, 288 logic cells and 190 flip-flops in LUT RAM, 192 LUT4 and
+570 flip-flops in logic). Logic cells are what the two-plane boards run out of, so small tables go to
+flip-flops (docs/boards.md, "LUT-RAM costs three times what it seems").
+"""
+
+__all__ = ["REGISTER_TABLE_MAX_DEPTH", "small_table_attrs"]
+
+# Deepest table kept in flip-flops: at three words and more the read multiplexer costs more than the
+# LUT RAM saves.
+REGISTER_TABLE_MAX_DEPTH = 2
+
+
+def small_table_attrs(depth: int) -> dict[str, str]:
+    """``Memory(attrs=...)`` for a table of ``depth`` words: flip-flops (Yosys ``ram_style = "logic"``)
+    up to :data:`REGISTER_TABLE_MAX_DEPTH` words, the synthesiser's choice above."""
+    return {"ram_style": "logic"} if depth <= REGISTER_TABLE_MAX_DEPTH else {}
