@@ -91,7 +91,7 @@ class TxPipeline(wiring.Component):
     EVs per QP and plane), ``window`` (PSNs a QP may have outstanding: the Retransmitter's depth per QP),
     ``destinations`` (route templates; 0: built without SRv6, every packet is single-IPv6, no source
     router and no ``route_configure``), ``plane_fifo_packets`` (maximum-size packets each
-    plane FIFO holds),
+    plane FIFO holds, besides one control frame with ``control_in``),
     ``retry_cycles`` (wait before asking the path selector again when no EV was usable), ``lookahead``
     (packets whose payload read is issued while they wait for their header: ``HeaderBuilder``'s; 2 keeps
     the queue in flip-flops instead of LUT RAM, enough for on-chip host memory), ``control_in`` (True:
@@ -126,7 +126,9 @@ class TxPipeline(wiring.Component):
         self._paths = PathSelector(qps=qps, ev_slots=ev_slots, planes=planes, backups=backups)
         path_ports = self._paths.signature.members
         self.max_packet_beats = -(-(MAX_HEADER_BYTES + MAX_PMTU + 4) // data_width) + 1
-        self.plane_fifo_depth = 1 << (plane_fifo_packets * self.max_packet_beats - 1).bit_length()
+        # Exactly that many packets (and a control frame): a power of two would nearly double the block RAM
+        # (2 x 1,062 beats would take 4,096 at 4 bytes a beat), and the FIFO handles any depth.
+        self.plane_fifo_depth = plane_fifo_packets * self.max_packet_beats + self.control_beats
         members = {
             "work_request": In(stream.Signature(work_request_layout(qps))),
             "retransmit": In(stream.Signature(retransmit_layout(qps, ev_slots))),

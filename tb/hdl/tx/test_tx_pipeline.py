@@ -22,6 +22,7 @@ import mrcnic.wire.scapy_layers as sl
 from mrcnic import wire
 from mrcnic.hdl.tx.header_builder import MAX_HEADER_BYTES, tx_config_layout
 from mrcnic.hdl.tx.layouts import (
+    MAX_CONTROL_FRAME_BYTES,
     FeedbackEvent,
     WriteKind,
     descriptor_layout,
@@ -508,7 +509,7 @@ async def blocked_plane_gets_nothing_while_others_flow(dut):
     w = tx.w
     actual = -(-(138 + tx.pmtu + 4) // w)  # beats of one of these packets in the FIFO (SRv6, no ImmDt)
     max_beats = -(-(MAX_HEADER_BYTES + 4096 + 4) // w) + 1
-    fifo_depth = 1 << (2 * max_beats - 1).bit_length()
+    fifo_depth = 2 * max_beats + -(-(MAX_CONTROL_FRAME_BYTES + 4) // w)  # two packets and a control frame
     # A packet is chosen for the plane while its FIFO has room for a maximum-size one beyond the claims.
     assert 0 < held <= (fifo_depth - max_beats) // actual + 1, f"{held} packets held for the blocked plane"
     tx.sinks[blocked].pause = False
