@@ -54,16 +54,16 @@ BOARDS = {
     "versa_ecp5": BoardSpec(
         platform=VersaECP5Platform,
         planes=2,
-        # The NIC that fits the 45F (docs/boards.md, "Fitting the smaller boards"): one QP, 4 EV slots, an
-        # 8-byte data path at 31.25 MHz (2 Gb/s through the core: both planes at line rate) and no SRv6
-        # (no route templates: single-IPv6 frames only).
+        # The boards' NIC (2 QPs, 8 EV slots, an 8-byte data path at 31.25 MHz: 2 Gb/s through the core,
+        # both planes at line rate) without SRv6 (no route templates: single-IPv6 frames only), to fit the
+        # 45F: 95 % of its logic cells (docs/boards.md, "Versa ECP5: the bitstream").
         core_hz=31.25e6,
         memory_size=1 << 16,
         # The NIC's largest frame (PMTU 4096, docs/ethernet.md): 8 KiB rings, 16 block RAMs fewer than 9216.
         max_frame=4242,
         leds="led",
         program="openFPGALoader -b ecp5_evn",
-        nic={"destinations": 0, "qps": 1, "ev_slots": 4, "data_width": 8},
+        nic={"destinations": 0},
         seed=3,
         # router2 came down to 2,841 overused wires and climbed again; router1 finished in 7 minutes.
         router="router1",

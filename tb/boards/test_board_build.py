@@ -139,15 +139,17 @@ def test_nic_overrides_reach_the_board_top():
         with pytest.raises(argparse.ArgumentTypeError, match=message):
             nic_setting(bad)
     # The override reaches the NIC the board top instantiates: its capabilities (what the driver reads
-    # from the NIC_ID registers) say one QP, and the other parameters stay the board's.
+    # from the NIC_ID registers) say 4 EV slots, and the other parameters stay the board's.
     spec = BOARDS["versa_ecp5"]
-    module = BoardTop("versa_ecp5", nic=dict([nic_setting("ev_slots=8")])).elaborate(spec.platform())
+    module = BoardTop("versa_ecp5", nic=dict([nic_setting("ev_slots=4")])).elaborate(spec.platform())
     caps = module.submodules.board.caps
     # BOARD_NIC's lookahead reaches the TX pipeline (it is no capability, so not in caps)
     assert module.submodules.board._nic._core._tx.lookahead == 2
-    # the Versa's NIC: one QP, an 8-byte data path, no SRv6 (docs/boards.md)
-    assert (caps.qps, caps.planes, caps.ev_slots, caps.data_width) == (1, 2, 8, 8)
+    # the Versa's NIC: the boards' (2 QPs, an 8-byte data path) without SRv6 (docs/boards.md)
+    assert (caps.qps, caps.planes, caps.ev_slots, caps.data_width) == (2, 2, 4, 8)
     assert caps.destinations == 0 and not caps.srv6
+    versa = BoardTop("versa_ecp5").elaborate(spec.platform()).submodules.board.caps
+    assert (versa.qps, versa.ev_slots, versa.data_width, versa.destinations) == (2, 8, 8, 0)
     # So does a core clock override (the NIC's timers are in its cycles; NIC_ID publishes the clock).
     assert BoardTop("versa_ecp5").core_hz == 31.25e6
     module = BoardTop("versa_ecp5", core_hz=62.5e6).elaborate(spec.platform())
