@@ -17,6 +17,7 @@ from amaranth.hdl import ShapeCastable
 from amaranth.lib import data
 
 __all__ = [
+    "stack_word",
     "HEADER_LAYOUTS",
     "Aeth",
     "Bth",
@@ -324,3 +325,21 @@ def both_modes_stack(
     eth_outer = Cat(to_wire(ethernet), to_wire(outer))
     split = 8 * SINGLE_IPV6_START
     return Cat(eth_outer[:split], Mux(srv6, eth_outer[split:], to_wire(ethernet)), to_wire(inner), rest)
+
+
+def stack_word(stack: Value, index: Value, data_width: int) -> Value:
+    """Word ``index`` (``data_width`` bytes, the last one zero-padded) of a header stack, as a tree of 2:1
+    multiplexers on the bits of ``index``, which must be below the number of words: the beat a builder
+    emits, picked from the stack it builds combinationally. (A register of the whole stack costs a
+    flip-flop per bit, and indexing by a value, e.g. ``word_select``, makes a shifter of the whole
+    vector.)"""
+    width = 8 * data_width
+    level = [stack[k : k + width] for k in range(0, len(stack), width)]
+    for bit in range(len(index)):
+        if len(level) == 1:
+            break
+        level = [
+            Mux(index[bit], level[k + 1], level[k]) if k + 1 < len(level) else level[k]
+            for k in range(0, len(level), 2)
+        ]
+    return level[0]

@@ -57,7 +57,7 @@ output always ready: after the first frame (whose tail waits once for the ICRC e
 between frames at W = 8 and W = 32, both modes (``test_back_to_back_frames_have_few_idle_cycles``).
 """
 
-from amaranth import Cat, Const, Module, Mux, Signal, Value, signed
+from amaranth import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -115,20 +115,6 @@ def response_layout(qps: int, destinations: int) -> data.StructLayout:
 def output_layout(data_width: int, planes: int) -> data.StructLayout:
     """A frame beat with the plane port it goes out on."""
     return control_frame_layout(data_width, planes)
-
-
-def _select_word(words: data.View, index) -> Value:
-    """``words[index]`` as a tree of 2:1 multiplexers on the bits of ``index`` (indexing a view by a
-    value makes a shifter of the whole vector)."""
-    level = [words[k] for k in range(len(words))]
-    for bit in range(len(index)):
-        if len(level) == 1:
-            break
-        level = [
-            Mux(index[bit], level[k + 1], level[k]) if k + 1 < len(level) else level[k]
-            for k in range(0, len(level), 2)
-        ]
-    return level[0]
 
 
 class ResponseBuilder(wiring.Component):
@@ -351,10 +337,7 @@ class ResponseBuilder(wiring.Component):
 
         # -- 4. emit: beat k of the frame is bytes k*W .. k*W + W - 1 of the stack, picked by index into
         # an output register; every beat is full but the last.
-        beats = -(-MAX_FRAME_BYTES // w)
-        beat = Signal(range(beats))
-        beat_words = Signal(data.ArrayLayout(8 * w, beats))
-        m.d.comb += beat_words.eq(stack)
+        beat = Signal(range(-(-MAX_FRAME_BYTES // w)))
         out_full = Signal()
         out_srv6 = Signal()  # the mode of the frame of the beat in the output register
         if self.append_icrc:
@@ -374,7 +357,7 @@ class ResponseBuilder(wiring.Component):
             m.d.sync += [
                 out_full.eq(1),
                 out_srv6.eq(frame_srv6),
-                beat_out.payload.data.eq(_select_word(beat_words, beat + first_word)),
+                beat_out.payload.data.eq(hdr.stack_word(stack, beat + first_word, w)),
                 beat_out.payload.keep.eq(
                     Mux(
                         last_beat,
