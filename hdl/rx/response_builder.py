@@ -41,17 +41,16 @@ that EV, inner SA/DA = ``own_gid`` / ``peer_gid``. Single mode: SA/DA = ``own_gi
 Ethernet src/dst = ``port_mac[plane]`` / ``next_hop_mac[plane]``. ``port_up`` is sampled when the
 record is taken.
 
-Timing. A record is taken into a one-entry stage (its template is read in the same cycle) and held
-there while its frame is emitted: the header stack is built combinationally from the record and the
-configuration, and each beat is picked from it by index (a tree of 2:1 multiplexers on the beat
-number, single-IPv6 frames starting a few words in when 40 is a multiple of W) into an output register.
-Nothing else holds the header: a register of the whole header, or a shift register of it (loaded, then
-shifted one beat at a time), cost about 850 flip-flops at W = 4 and 1,100 at W = 8 in SRv6 mode, and the
-shifter a LUT4 per bit for its load-or-shift choice besides. The configuration is read while the frame
-goes out (change it only with the NIC idle). The next record is taken in the cycle the last beat enters
-the output register, so the emitter has no gaps. An ``IcrcInserter`` appends the ICRC (skip 54 in SRv6
-mode, 14 in single mode; it may add one beat), and a FIFO of ``plane_fifo_depth`` entries carries each
-frame's plane from the record's acceptance to the frame's last output beat (enough frames in flight to
+Timing. A record is taken into a one-entry stage while its template is read (one cycle); the header is
+then built combinationally and loaded into a shift register that emits W bytes per beat: from its byte
+0 in SRv6 mode, from its byte 40 in single-IPv6 mode, so the inner IPv6 header and what follows sit at
+the same place in both modes and only 14 bytes of the load depend on the mode. (Picking each
+beat from a registered header by beat index takes about 500 LUT4s fewer, but its multiplexer (1,216 bits
+into 64) left the ECPIX-5 unroutable: router2 stalled at a few hundred overused wires with two seeds; the
+shifter's wires are local.) The next header loads in the cycle the previous one's last beat leaves, so the
+emitter has no gaps, and the next record is taken in that same cycle. An ``IcrcInserter`` appends the ICRC
+(skip 54 in SRv6 mode, 14 in single mode; it may add one beat), and a FIFO of ``plane_fifo_depth`` entries
+carries each frame's plane from header load to the frame's last output beat (enough frames in flight to
 cover the inserter's latency with 3-beat frames at W = 32). Measured with records back to back and the
 output always ready: after the first frame (whose tail waits once for the ICRC engine), 0 idle cycles
 between frames at W = 8 and W = 32, both modes (``test_back_to_back_frames_have_few_idle_cycles``).
@@ -198,46 +197,33 @@ class ResponseBuilder(wiring.Component):
         )
 
         # -- 2. the one-entry stage: the record, its port and EV, while the template is read.
-        held = Signal()  # ``rec`` is a frame being emitted
+        held = Signal()
         rec = Signal(self._response_layout)
         plane = Signal(plane_bits)
         route_ev = Signal(32)
-        frame_srv6 = Signal()  # the mode of the held frame
-        frame_done = Signal()  # its last beat moves to the output register in this cycle
+        load = Signal()
         accept = Signal()
-        plane_fifo_room = Signal()
         m.d.comb += [
             # Configuration writes are rare: they go first (a record never reads a half-written entry).
-            self.response.ready.eq((~held | frame_done) & ~template_write & plane_fifo_room),
+            self.response.ready.eq((~held | load) & ~template_write),
             accept.eq(self.response.valid & self.response.ready),
         ]
         if self.srv6:
             m.d.comb += [read.addr.eq(rec_in.dest), read.en.eq(accept)]
-        with m.If(frame_done):
+        with m.If(load):
             m.d.sync += held.eq(0)
-        starts = Signal()  # the record taken in this cycle becomes a frame
         with m.If(accept):
             with m.If(~known):
                 m.d.sync += self.stat_bad_opcode.eq(self.stat_bad_opcode + 1)
             with m.Elif(up == 0):
                 m.d.sync += self.stat_no_plane.eq(self.stat_no_plane + 1)
             with m.Else():
-                m.d.comb += starts.eq(1)
                 m.d.sync += [
                     held.eq(1),
                     rec.eq(rec_in),
                     plane.eq(chosen),
                     route_ev.eq(Cat(rec_in.ev[:29], chosen, Const(0, 3 - plane_bits))),
-                    frame_srv6.eq(srv6),
                 ]
-                with m.Switch(rec_in.opcode):
-                    for opcode, counter in (
-                        (Opcode.SACK, self.stat_sacks),
-                        (Opcode.NACK, self.stat_nacks),
-                        (Opcode.ACK, self.stat_acks),
-                    ):
-                        with m.Case(opcode):
-                            m.d.sync += counter.eq(counter + 1)
 
         # -- 3. the header stack of the held record, combinationally (§2.5, §4, §7.2-§7.4).
         is_sack = rec.opcode == Opcode.SACK
@@ -318,64 +304,59 @@ class ResponseBuilder(wiring.Component):
             m.d.comb += ext.eq(hdr.to_wire(neth))
         with m.Else():
             m.d.comb += ext.eq(hdr.to_wire(aeth))
+        # SRv6 frames start at byte 0 of the stack, single-IPv6 frames at byte 40 (hdr.both_modes_stack).
         after_ip = Cat(hdr.to_wire(udp), hdr.to_wire(bth), ext)
-        # The frame's bytes from ``first_word`` (in words of W bytes) of ``stack`` on.
+        loaded = hdr.both_modes_stack(srv6, eth, outer, inner, after_ip)
         single = hdr.SINGLE_IPV6_START
-        first_word = Const(0, 1)
-        if not self.srv6:
-            stack = Cat(hdr.to_wire(eth), hdr.to_wire(inner), after_ip)
-        elif single % w == 0:  # single-IPv6 frames start at a whole word of the both-modes stack
-            stack = hdr.both_modes_stack(frame_srv6, eth, outer, inner, after_ip)
-            first_word = Mux(frame_srv6, 0, single // w)
-        else:
-            stack = Mux(
-                frame_srv6,
-                Cat(hdr.to_wire(eth), hdr.to_wire(outer), hdr.to_wire(inner), after_ip),
-                Cat(hdr.to_wire(eth), hdr.to_wire(inner), after_ip),
-            )
-        frame_length = Mux(frame_srv6, 14 + 80 + 20, 14 + 40 + 20) + ext_len
+        frame_length = Mux(srv6, 14 + 80 + 20, 14 + 40 + 20) + ext_len
 
-        # -- 4. emit: beat k of the frame is bytes k*W .. k*W + W - 1 of the stack, picked by index into
-        # an output register; every beat is full but the last.
-        beat = Signal(range(-(-MAX_FRAME_BYTES // w)))
-        out_full = Signal()
-        out_srv6 = Signal()  # the mode of the frame of the beat in the output register
+        # -- 4. emit: a shift register of whole beats, W bytes out per beat, every beat full but the last.
+        # A frame's beat is taken at byte 0 of the register (SRv6) or at byte 40 (single IPv6).
+        header_beats = -(-MAX_FRAME_BYTES // w)  # the largest single-IPv6 frame ends there too
+        shifter = Signal(8 * w * header_beats)
+        frame_srv6 = Signal()  # the mode of the frame in the register
+        remaining = Signal(range(MAX_FRAME_BYTES + 1))  # bytes still to send; 0 = idle
         if self.append_icrc:
             m.submodules.icrc = icrc = IcrcInserter(data_width=w)
-            m.d.comb += icrc.skip.eq(Mux(out_srv6, 54, 14))  # the outer IPv6 header is not covered (§8)
+            m.d.comb += icrc.skip.eq(Mux(frame_srv6, 54, 14))  # the outer IPv6 header is not covered (§8)
             beat_out, framed = icrc.i, icrc.o
         else:
             beat_out = framed = PacketStream(w).create(path=("frame",))
-        sent = Signal(range(MAX_FRAME_BYTES + w + 1))  # bytes of the held frame up to this beat
-        m.d.comb += sent.eq((beat + 1) * w)
-        last_beat = sent >= frame_length
-        emit = held & (~out_full | beat_out.ready)
-        m.d.comb += [frame_done.eq(emit & last_beat), beat_out.valid.eq(out_full)]
-        with m.If(beat_out.ready):
-            m.d.sync += out_full.eq(0)
-        with m.If(emit):
+        last_beat = remaining <= w
+        m.d.comb += [
+            beat_out.valid.eq(remaining != 0),
+            beat_out.payload.data.eq(
+                Mux(frame_srv6, shifter[: 8 * w], shifter[8 * single : 8 * (single + w)])
+            ),
+            beat_out.payload.keep.eq(Mux(last_beat, (Const(1, w + 1) << remaining) - 1, (1 << w) - 1)),
+            beat_out.payload.last.eq(last_beat),
+        ]
+        with m.If(beat_out.valid & beat_out.ready):
             m.d.sync += [
-                out_full.eq(1),
-                out_srv6.eq(frame_srv6),
-                beat_out.payload.data.eq(hdr.stack_word(stack, beat + first_word, w)),
-                beat_out.payload.keep.eq(
-                    Mux(
-                        last_beat,
-                        (Const(1, w + 1) << (frame_length - beat * w)[: bits_for(w + 1)]) - 1,
-                        (1 << w) - 1,
-                    )
-                ),
-                beat_out.payload.last.eq(last_beat),
-                beat.eq(Mux(last_beat, 0, beat + 1)),
+                shifter.eq(shifter >> (8 * w)),
+                remaining.eq(Mux(last_beat, 0, remaining - w)),
             ]
 
-        # Each frame's plane rides in a FIFO from the record's acceptance to the frame's last output beat.
+        # Each frame's plane rides in a FIFO from header load to the frame's last output beat.
         m.submodules.planes = plane_fifo = fifo.SyncFIFO(width=plane_bits, depth=self.plane_fifo_depth)
+        emitter_free = (remaining == 0) | (beat_out.valid & beat_out.ready & last_beat)
         m.d.comb += [
-            plane_fifo_room.eq(plane_fifo.w_rdy),
-            plane_fifo.w_en.eq(starts),
-            plane_fifo.w_data.eq(chosen),
+            load.eq(held & emitter_free & plane_fifo.w_rdy),
+            plane_fifo.w_en.eq(load),
+            plane_fifo.w_data.eq(plane),
         ]
+        with m.If(load):  # after the shift above: the new frame wins in the cycle the old one ends
+            m.d.sync += [
+                shifter.eq(loaded),
+                frame_srv6.eq(srv6),
+                remaining.eq(frame_length),
+            ]
+            with m.If(is_sack):
+                m.d.sync += self.stat_sacks.eq(self.stat_sacks + 1)
+            with m.Elif(is_nack):
+                m.d.sync += self.stat_nacks.eq(self.stat_nacks + 1)
+            with m.Else():
+                m.d.sync += self.stat_acks.eq(self.stat_acks + 1)
 
         # -- 5. output: the ICRC inserter's beats (or the emitter's) with the plane of their frame.
         m.d.comb += [
