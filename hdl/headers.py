@@ -16,6 +16,8 @@ from amaranth import Cat, Mux, Value
 from amaranth.hdl import ShapeCastable
 from amaranth.lib import data
 
+from .mux import select
+
 __all__ = [
     "stack_word",
     "HEADER_LAYOUTS",
@@ -328,18 +330,9 @@ def both_modes_stack(
 
 
 def stack_word(stack: Value, index: Value, data_width: int) -> Value:
-    """Word ``index`` (``data_width`` bytes, the last one zero-padded) of a header stack, as a tree of 2:1
-    multiplexers on the bits of ``index``, which must be below the number of words: the beat a builder
-    emits, picked from the stack it builds combinationally. (A register of the whole stack costs a
-    flip-flop per bit, and indexing by a value, e.g. ``word_select``, makes a shifter of the whole
-    vector.)"""
+    """Word ``index`` (``data_width`` bytes, the last one zero-padded) of a header stack, which must be
+    below the number of words: the beat a builder emits, picked from the stack it builds combinationally
+    by a tree of 2:1 multiplexers (:func:`mrcnic.hdl.mux.select`). (A register of the whole stack costs
+    a flip-flop per bit, and ``word_select`` by a value makes a shifter of the whole vector.)"""
     width = 8 * data_width
-    level = [stack[k : k + width] for k in range(0, len(stack), width)]
-    for bit in range(len(index)):
-        if len(level) == 1:
-            break
-        level = [
-            Mux(index[bit], level[k + 1], level[k]) if k + 1 < len(level) else level[k]
-            for k in range(0, len(level), 2)
-        ]
-    return level[0]
+    return select([stack[k : k + width] for k in range(0, len(stack), width)], index)

@@ -40,6 +40,8 @@ from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..mux import select
+
 __all__ = ["CounterBank", "sample_width_for"]
 
 
@@ -101,10 +103,7 @@ class CounterBank(wiring.Component):
         visited = Signal(range(period))
         visited_fresh = Signal(init=1)
         visited_for_host = Signal()
-        with m.Switch(visit):
-            for i, value in enumerate(samples):
-                with m.Case(i):
-                    m.d.sync += sampled.eq(value)
+        m.d.sync += sampled.eq(select(samples, visit))  # a Switch here took 1.7 times the LUT4s
         m.d.sync += [
             visited.eq(visit),
             visited_fresh.eq(visit_fresh),
