@@ -16,10 +16,7 @@ from amaranth import Cat, Mux, Value
 from amaranth.hdl import ShapeCastable
 from amaranth.lib import data
 
-from .mux import select
-
 __all__ = [
-    "stack_word",
     "HEADER_LAYOUTS",
     "Aeth",
     "Bth",
@@ -327,12 +324,3 @@ def both_modes_stack(
     eth_outer = Cat(to_wire(ethernet), to_wire(outer))
     split = 8 * SINGLE_IPV6_START
     return Cat(eth_outer[:split], Mux(srv6, eth_outer[split:], to_wire(ethernet)), to_wire(inner), rest)
-
-
-def stack_word(stack: Value, index: Value, data_width: int) -> Value:
-    """Word ``index`` (``data_width`` bytes, the last one zero-padded) of a header stack, which must be
-    below the number of words: the beat a builder emits, picked from the stack it builds combinationally
-    by a tree of 2:1 multiplexers (:func:`mrcnic.hdl.mux.select`). (A register of the whole stack costs
-    a flip-flop per bit, and ``word_select`` by a value makes a shifter of the whole vector.)"""
-    width = 8 * data_width
-    return select([stack[k : k + width] for k in range(0, len(stack), width)], index)

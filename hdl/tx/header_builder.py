@@ -11,13 +11,6 @@ A PROBE job (§7.8) is Ethernet | [outer IPv6 |] IPv6 | UDP | BTH | PETH with no
 The output is *not* packed: the last header beat is partial and payload beats keep their memory lane
 offsets; a ``StreamPacker`` follows, then the ICRC inserter. Lengths (IPv6 payload length, UDP length)
 include the 4 ICRC bytes the inserter will append.
-
-The header is not stored: it is built combinationally from the job at the head of the parked queue and
-the configuration, and each beat is picked from it by index (``headers.stack_word``). The job leaves the
-queue with its header's last beat (so ``lookahead`` counts the job whose header is going out), its mode
-(``config.srv6``) and timestamp are taken as its header starts, and the other registers are read while
-it goes out (change them only with the NIC idle). A register of the whole header cost about 860
-flip-flops.
 """
 
 from amaranth import Cat, Const, Module, Mux, Signal
@@ -97,7 +90,7 @@ class HeaderBuilder(wiring.Component):
     * ``dma_cmd``: Out, ``{addr, length}`` payload reads, one per WRITE job (none for a PROBE), in job order.
     * ``dma_data``: In, the payload beats (memory lane offsets, ``last`` on each command's last beat).
     * ``packet``: Out, header then payload beats of each packet (unpacked).
-    * ``packet_plane``: Out, ``{plane, beats}``, one per packet, in the cycle its header starts (the
+    * ``packet_plane``: Out, ``{plane, beats}``, one per packet, in the cycle its header is loaded (the
       cycle before its first beat is offered; the packet waits until it is taken); ``beats`` is
       :func:`packet_beats_bound` of the packet, the room reserved for it in the plane's FIFO.
     * ``stat_dma_errors``: Out(32), payload beats whose host-memory read failed.
@@ -151,10 +144,7 @@ class HeaderBuilder(wiring.Component):
             parked.w_data.eq(job_in),
         ]
 
-        # -- 2. the header of the job at the head of the queue, built combinationally; the job stays
-        # there until its header's last beat has gone out. Its mode and timestamp are taken as it starts.
-        frame_srv6 = Signal()
-        ts = Signal(16)
+        # -- 2. the header of the job at the head of the queue, built combinationally, then registered.
         job = data.View(self._job_layout, parked.r_data)
         d = job.descriptor
         imm = (d.opcode == Opcode.WRITE_LAST_IMM) | (d.opcode == Opcode.WRITE_ONLY_IMM)
@@ -206,7 +196,7 @@ class HeaderBuilder(wiring.Component):
             bth.psn.eq(d.psn),
             meth.rqmsn.eq(d.rqmsn),
             meth.msn.eq(d.msn),
-            tseth.tx_timestamp.eq(ts),
+            tseth.tx_timestamp.eq(self.now_ts),
             tseth.ftype.eq(1),
             reth.va.eq(d.va),
             reth.rkey.eq(d.rkey),
@@ -215,7 +205,7 @@ class HeaderBuilder(wiring.Component):
             peth.probe_id.eq(d.probe_id),
             peth.spdcid.eq(job.qpn[:16]),
             peth.dpdcid.eq(job.peer_qpn[:16]),
-            peth.tx_timestamp.eq(ts),
+            peth.tx_timestamp.eq(self.now_ts),
             peth.ftype.eq(1),
         ]
         write_after_ip = Cat(*(hdr.to_wire(h) for h in (udp, bth, meth, tseth, reth, immdt)))
@@ -223,23 +213,22 @@ class HeaderBuilder(wiring.Component):
         after_ip = Mux(probe, probe_after_ip, write_after_ip)
         single = hdr.SINGLE_IPV6_START
         if single % w == 0:
-            # A single-IPv6 header starts at word 40 / W of the stack (hdr.both_modes_stack): only 14 of
-            # its bytes depend on the mode.
-            stack = hdr.both_modes_stack(frame_srv6, eth, outer, inner, after_ip)
-            start, first_beat = Mux(frame_srv6, 0, single), Mux(srv6, 0, single // w)
+            # A single-IPv6 header starts at beat 40 / W of the register (hdr.both_modes_stack): only 14
+            # bytes of the load depend on the mode.
+            loaded = hdr.both_modes_stack(srv6, eth, outer, inner, after_ip)
+            start, first_beat = Mux(srv6, 0, single), Mux(srv6, 0, single // w)
         else:  # beats wider than 8 bytes: each mode from byte 0
-            stack = Mux(
-                frame_srv6,
+            loaded = Mux(
+                srv6,
                 Cat(hdr.to_wire(eth), hdr.to_wire(outer), hdr.to_wire(inner), after_ip),
                 Cat(hdr.to_wire(eth), hdr.to_wire(inner), after_ip),
             )
             start = first_beat = 0
         header_beats = -(-MAX_HEADER_BYTES // w)  # the largest single-IPv6 header ends there too
-        header_end = Signal(range(MAX_HEADER_BYTES + 1))  # byte of the stack after the header
-        m.d.comb += header_end.eq(
-            start + Mux(probe, Mux(frame_srv6, 130, 90), Mux(frame_srv6, 138, 98) + 4 * imm)
-        )
+        header = Signal(8 * w * header_beats)  # whole beats, so word_select never runs off the end
+        header_end = Signal(range(MAX_HEADER_BYTES + 1))  # byte of the register after the header
         beat = Signal(range(header_beats + 1))
+        header_only = Signal()  # a probe: the header's last beat ends the packet
 
         # -- 3. emit header beats, then the payload beats of the same packet. The packet's plane is
         # announced as its header loads, so one cycle per packet passes without a beat (docs/benchmarks.md).
@@ -251,25 +240,30 @@ class HeaderBuilder(wiring.Component):
                     self.packet_plane.payload.beats.eq(packet_beats_bound(d.length, w)),
                 ]
                 with m.If(parked.r_rdy & self.packet_plane.ready):
-                    m.d.sync += [frame_srv6.eq(srv6), ts.eq(self.now_ts), beat.eq(first_beat)]
+                    m.d.sync += [
+                        header.eq(loaded),
+                        header_end.eq(start + Mux(probe, Mux(srv6, 130, 90), Mux(srv6, 138, 98) + 4 * imm)),
+                        header_only.eq(probe),
+                        beat.eq(first_beat),
+                    ]
+                    m.d.comb += parked.r_en.eq(1)
                     m.next = "HEADER"
             with m.State("HEADER"):
                 remaining = Signal(range(MAX_HEADER_BYTES + 1))
                 m.d.comb += [
                     remaining.eq(header_end - beat * w),
                     self.packet.valid.eq(1),
-                    self.packet.payload.data.eq(hdr.stack_word(stack, beat, w)),
+                    self.packet.payload.data.eq(header.word_select(beat, 8 * w)),
                     self.packet.payload.keep.eq(
                         Mux(remaining >= w, Const((1 << w) - 1, w), (Const(1, w + 1) << remaining) - 1)
                     ),
-                    self.packet.payload.last.eq(probe & (remaining <= w)),
+                    self.packet.payload.last.eq(header_only & (remaining <= w)),
                 ]
                 with m.If(self.packet.ready):
                     m.d.sync += beat.eq(beat + 1)
                     with m.If(remaining <= w):
-                        m.d.comb += parked.r_en.eq(1)
                         m.next = "PAYLOAD"
-                        with m.If(probe):  # a probe's header is the whole packet
+                        with m.If(header_only):
                             m.next = "IDLE"
             with m.State("PAYLOAD"):
                 beat_in = self.dma_data.payload
