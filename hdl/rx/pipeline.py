@@ -131,11 +131,10 @@ class RxPipeline(wiring.Component):
         m.submodules.arbiter = arbiter = PlaneArbiter(data_width=w, planes=planes)
         m.submodules.parser = parser = HeaderParser(data_width=w)
         m.submodules.buffer = buffer = FrameBuffer(data_width=w, depth_frames=self.buffer_frames)
-        # One record, in the FIFO's output register (only the bits read downstream are kept): the engine
-        # takes a frame every ~13 cycles and the parser holds a second record, so depth 4 bought no line
-        # rate (bench-rx, 256 B and 4 KiB frames, 8 and 32 bytes a beat: the same cycle counts) and cost
-        # 400 more logic cells (its LUT RAM), and depth 2 about 750 flip-flops more than this.
-        m.submodules.headers = headers = fifo.SyncFIFOBuffered(width=ParsedHeaders.as_shape().size, depth=1)
+        # Two 880-bit records, in flip-flops: the engine takes a frame every ~13 cycles, so depth 4 bought
+        # no line rate (bench-rx, 256 B and 4 KiB frames, 8 and 32 bytes a beat: the same cycle counts)
+        # and cost 400 more logic cells (its LUT RAM).
+        m.submodules.headers = headers = fifo.SyncFIFOBuffered(width=ParsedHeaders.as_shape().size, depth=2)
         m.submodules.validator = validator = Validator(
             qps=qps, mrs=self.mrs, destinations=self.destinations, planes=planes
         )
