@@ -208,7 +208,8 @@ class SackTracker(wiring.Component):
             with m.State("CLASSIFY"):
                 e = rd.data
                 probe = op.mode == ArrivalMode.PROBE
-                psn = Mux(probe, e.cack + 1, op.psn)[:PSN_BITS]
+                psn = Signal(PSN_BITS)
+                m.d.comb += psn.eq(Mux(probe, e.cack + 1, op.psn))
                 m.d.sync += op.psn.eq(psn)  # a probe stands for cack + 1 from here on
                 dd = (psn - e.cack)[:PSN_BITS]
                 in_window = (dd >= 1) & (dd <= W)
@@ -246,7 +247,8 @@ class SackTracker(wiring.Component):
                     ]
 
             with m.State("ADVANCE"):
-                following = (work.cack + 1)[:PSN_BITS]
+                following = Signal(PSN_BITS)
+                m.d.comb += following.eq(work.cack + 1)
                 with m.If(work.bitmap.bit_select(following[:slot_bits], 1)):
                     m.d.sync += [
                         work.bitmap.eq(work.bitmap & ~one_hot(following[:slot_bits])),
@@ -263,25 +265,35 @@ class SackTracker(wiring.Component):
                 x = (op.psn - BASE_BACK)[:PSN_BITS]
                 y = (cack + 1)[:PSN_BITS]
                 later = Mux((x - y)[:PSN_BITS] < HALF, x, y)
-                base = Cat(Const(0, 3), later[3:])
+                base = Signal(PSN_BITS)
+                m.d.comb += base.eq(Cat(Const(0, 3), later[3:]))
                 # base - cack is in [-6, 2^23] (base >= align8_down(cack + 1), later <= cack + 2^23):
                 # at or below cack (the first bits are 1), in the window, or beyond it.
                 ahead_of_cack = Signal(PSN_BITS)
                 m.d.comb += ahead_of_cack.eq(base - cack)
-                at_or_below = (ahead_of_cack == 0) | (ahead_of_cack >= PSN_MOD - 8)
-                in_window = (ahead_of_cack >= 1) & (ahead_of_cack <= W)
+                # Named signals, not expressions: each is used per bit below, and an expression would be
+                # written out again at every use in the generated Verilog.
+                at_or_below, in_window = Signal(), Signal()
+                m.d.comb += [
+                    at_or_below.eq((ahead_of_cack == 0) | (ahead_of_cack >= PSN_MOD - 8)),
+                    in_window.eq((ahead_of_cack >= 1) & (ahead_of_cack <= W)),
+                ]
                 # bits i < edge: in the window (edge = W + 1 - (base - cack)); beyond it (2^23 - (base -
                 # cack): from there the PSN is 2^23 or more ahead, serially <= cack again), both <= 64
                 edge = Signal(range(BITMAP_BITS + 1))
                 edge_from = Mux(in_window, W + 1 - ahead_of_cack, HALF - ahead_of_cack)[:PSN_BITS]
                 m.d.comb += edge.eq(Mux(edge_from >= BITMAP_BITS, BITMAP_BITS, edge_from))
-                low_ones = (-ahead_of_cack)[:3]  # at_or_below: bits 0 .. -(base - cack) are 1
+                low_ones = Signal(3)  # at_or_below: bits 0 .. -(base - cack) are 1
+                m.d.comb += low_ones.eq(-ahead_of_cack)
                 # bit i of ``rotated``: the vector's bit of PSN base + i (a rotation by base mod W, in
                 # whole bytes: one 2:1 multiplexer level per bit of base[3:], W / 8 choices)
-                rotated = work.bitmap
+                rotation = work.bitmap
                 for level in range(3, slot_bits):
-                    rotated = Mux(base[level], rotated.rotate_right(1 << level), rotated)
-                rotated = rotated[:BITMAP_BITS]
+                    rotated_level = Signal(W, name=f"rotated_{level}")
+                    shifted = rotation.rotate_right(1 << level)
+                    m.d.comb += rotated_level.eq(Mux(base[level], shifted, rotation))
+                    rotation = rotated_level
+                rotated = rotation[:BITMAP_BITS]
                 bitmap = Signal(BITMAP_BITS)
                 for i in range(BITMAP_BITS):
                     m.d.comb += bitmap[i].eq(
