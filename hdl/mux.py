@@ -14,7 +14,9 @@ __all__ = ["select"]
 def select(values, index: Value) -> Value:
     """``values[index]`` as a tree of 2:1 multiplexers on the bits of ``index``, which must be below
     ``len(values)`` (past it the result is one of the values). The values are zero-extended to the
-    widest."""
+    widest. Pass a signal (or a slice of one) as ``index``: each bit of it is read by several
+    multiplexers, and an expression would be written out again at every read in the generated Verilog.
+    """
     level = [Value.cast(value) for value in values]
     if not level:
         raise ValueError("select() needs at least one value")
