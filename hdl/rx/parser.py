@@ -1,7 +1,8 @@
 """Header parser: one parsed record per received frame, with the verdict of the malformation checks.
 
 Ref: docs/protocol.md §2 (header stacks, SRH skipped on receive, byte offsets), §3 (extension headers by
-opcode), §7.5 row 1 (malformed: checks and their order), §9.3 (trimmed packets: headers only). The
+opcode), §7.5 row 1 (malformed: checks and their order) and row 3 (the destination addresses, compared
+here so they need not travel with the record: ``for_us``), §9.3 (trimmed packets: headers only). The
 Python reference is :func:`mrcnic.wire.decode`; ``ParseStatus`` mirrors its reason codes and the checks
 run in its order, so both give the same verdict for any byte string.
 
@@ -138,9 +139,10 @@ class ParsedHeaders(data.Struct):
     dscp: 6  # network header (the outer one in SRv6 mode)
     ecn: 2  # network header
     ce: 1  # network-header ECN = CE (§9.2)
-    outer_dst: 128  # SRv6 mode only
-    src: 128  # GIDs: inner IPv6 in SRv6 mode, the only IPv6 otherwise
-    dst: 128
+    # §7.5 row 3: the destination GID is ours and, in SRv6 mode, the outer destination is the GID or one
+    # of the port addresses. Decided here, so the two 128-bit addresses travel no further.
+    for_us: 1
+    src: 128  # source GID: inner IPv6 in SRv6 mode, the only IPv6 otherwise (checked against the QP)
     flow_label: 20  # inner / only IPv6: EV[31:16] in bits [15:0]
     sport: 16  # EV[15:0]
     bth: hdr.Bth
@@ -199,11 +201,17 @@ def _ext_length(opcode, ts) -> tuple:
 
 
 class HeaderParser(wiring.Component):
-    """Members: ``i`` (frames), ``header`` (one ``ParsedHeaders`` per frame), configuration inputs
-    ``udp_ports`` (two accepted UDP destination ports), ``dscp_trimmed``, ``dscp_trimmed_lasthop``."""
+    """Parameters: ``data_width``, ``planes`` (port addresses), ``port_addresses`` (False: a NIC built
+    without SRv6, whose ``port_address`` inputs are not used: an SRv6 frame is ours when its outer
+    destination is the GID).
 
-    def __init__(self, *, data_width: int):
-        self.data_width = data_width
+    Members: ``i`` (frames), ``header`` (one ``ParsedHeaders`` per frame), configuration inputs
+    ``udp_ports`` (two accepted UDP destination ports), ``dscp_trimmed``, ``dscp_trimmed_lasthop``,
+    ``gid`` (own GID) and ``port_address`` (one per plane: SRv6 outer destinations), which decide
+    ``for_us``."""
+
+    def __init__(self, *, data_width: int, planes: int = 1, port_addresses: bool = True):
+        self.data_width, self.planes, self.port_addresses = data_width, planes, port_addresses
         super().__init__(
             {
                 "i": In(PacketStream(data_width)),
@@ -211,6 +219,8 @@ class HeaderParser(wiring.Component):
                 "udp_ports": In(data.ArrayLayout(16, 2), init=[MRC_UDP_PORT, MRC_UDP_PORT_ALT]),
                 "dscp_trimmed": In(6, init=Dscp.TRIMMED),
                 "dscp_trimmed_lasthop": In(6, init=Dscp.TRIMMED_LASTHOP),
+                "gid": In(128),
+                "port_address": In(data.ArrayLayout(128, planes)),
             }
         )
 
@@ -306,7 +316,7 @@ class HeaderParser(wiring.Component):
         with m.If(self.header.valid & self.header.ready):
             m.d.sync += [done.eq(0), beat.eq(0), n.eq(0), index.eq(index.init), which.eq(which.init)]
 
-        m.submodules.decode = decode = _Decoder()
+        m.submodules.decode = decode = _Decoder(planes=self.planes, port_addresses=self.port_addresses)
         m.d.comb += [
             decode.head.eq(head),
             decode.tail.eq(tail),
@@ -314,6 +324,8 @@ class HeaderParser(wiring.Component):
             decode.udp_ports.eq(self.udp_ports),
             decode.dscp_trimmed.eq(self.dscp_trimmed),
             decode.dscp_trimmed_lasthop.eq(self.dscp_trimmed_lasthop),
+            decode.gid.eq(self.gid),
+            decode.port_address.eq(self.port_address),
             self.header.payload.eq(decode.rec),
         ]
         return m
@@ -343,7 +355,8 @@ class _Decoder(wiring.Component):
     """The record of a frame from its captured bytes (``head``: the frame's first ``HEAD_BYTES``,
     ``tail``: ``TAIL_BYTES`` from ``ip_at`` on) and its length (``n``): combinational."""
 
-    def __init__(self):
+    def __init__(self, *, planes: int, port_addresses: bool):
+        self.port_addresses = port_addresses
         super().__init__(
             {
                 "head": In(8 * HEAD_BYTES),
@@ -352,6 +365,8 @@ class _Decoder(wiring.Component):
                 "udp_ports": In(data.ArrayLayout(16, 2)),
                 "dscp_trimmed": In(6),
                 "dscp_trimmed_lasthop": In(6),
+                "gid": In(128),
+                "port_address": In(data.ArrayLayout(128, planes)),
                 "rec": Out(ParsedHeaders),
             }
         )
@@ -412,6 +427,11 @@ class _Decoder(wiring.Component):
         endpoint_op = (op == Opcode.ENDPOINT_REQUEST) | (op == Opcode.ENDPOINT_RESPONSE)
 
         rec = self.rec
+        outer_ok = first.dst == self.gid
+        if self.port_addresses:
+            outer_ok |= Cat(first.dst == a for a in self.port_address).any()
+        m.d.comb += rec.for_us.eq((ip.dst == self.gid) & (~srv6 | outer_ok))
+
         # The header stack in decode() order: the first check that fails decides.
         S = ParseStatus
         checks = [
@@ -452,9 +472,7 @@ class _Decoder(wiring.Component):
             rec.dscp.eq(first.dscp),
             rec.ecn.eq(first.ecn),
             rec.ce.eq(first.ecn == 0b11),
-            rec.outer_dst.eq(first.dst),
             rec.src.eq(ip.src),
-            rec.dst.eq(ip.dst),
             rec.flow_label.eq(ip.flow_label),
             rec.sport.eq(udp.sport),
             rec.bth.eq(bth),

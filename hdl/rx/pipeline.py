@@ -129,15 +129,15 @@ class RxPipeline(wiring.Component):
         m = Module()
         w, planes, qps = self.data_width, self.planes, self.qps
         m.submodules.arbiter = arbiter = PlaneArbiter(data_width=w, planes=planes)
-        m.submodules.parser = parser = HeaderParser(data_width=w)
+        m.submodules.parser = parser = HeaderParser(
+            data_width=w, planes=planes, port_addresses=self.destinations > 0
+        )
         m.submodules.buffer = buffer = FrameBuffer(data_width=w, depth_frames=self.buffer_frames)
-        # Two 880-bit records, in flip-flops: the engine takes a frame every ~13 cycles, so depth 4 bought
+        # Two 623-bit records, in flip-flops: the engine takes a frame every ~13 cycles, so depth 4 bought
         # no line rate (bench-rx, 256 B and 4 KiB frames, 8 and 32 bytes a beat: the same cycle counts)
         # and cost 400 more logic cells (its LUT RAM).
         m.submodules.headers = headers = fifo.SyncFIFOBuffered(width=ParsedHeaders.as_shape().size, depth=2)
-        m.submodules.validator = validator = Validator(
-            qps=qps, mrs=self.mrs, destinations=self.destinations, planes=planes
-        )
+        m.submodules.validator = validator = Validator(qps=qps, mrs=self.mrs, destinations=self.destinations)
         m.submodules.engine = engine = ReceiveEngine(
             qps=qps, window=self.window, destinations=self.destinations, clock_hz=self.clock_hz
         )
@@ -210,8 +210,8 @@ class RxPipeline(wiring.Component):
         if self.destinations > 0:  # without SRv6 there are no route templates
             wiring.connect(m, wiring.flipped(self.route_configure), builder.route_configure)
         m.d.comb += [
-            validator.gid.eq(self.config.own_gid),
-            validator.port_address.eq(self.config.port_address),
+            parser.gid.eq(self.config.own_gid),
+            parser.port_address.eq(self.config.port_address),
             validator.qp_error.eq(engine.qp_error),
             self.qp_error.eq(engine.qp_error),
             engine.ack_gen_bytes.eq(self.ack_gen_bytes),

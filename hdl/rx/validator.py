@@ -94,8 +94,8 @@ mr_entry_layout = data.StructLayout(
 
 
 # The parser's fields that only this block reads (the address checks) do not travel with the verdict:
-# 400 bits fewer in every register, FIFO and multiplexer the verdict passes through after here.
-_CHECKED_HERE = ("outer_dst", "src", "dst", "frame_length")
+# 145 bits fewer in every register, FIFO and multiplexer the verdict passes through after here.
+_CHECKED_HERE = ("for_us", "src", "frame_length")
 VerdictHeaders = data.StructLayout(
     {name: field.shape for name, field in data.Layout.cast(ParsedHeaders) if name not in _CHECKED_HERE}
 )
@@ -118,16 +118,16 @@ def verdict_layout(qps: int, destinations: int) -> data.StructLayout:
 
 
 class Validator(wiring.Component):
-    """Parameters: ``qps``, ``mrs`` (memory regions), ``destinations`` (0: a NIC built without SRv6, whose
-    ``port_address`` registers are not used: an SRv6 frame is ours when its outer destination is the GID),
-    ``planes``.
+    """Parameters: ``qps``, ``mrs`` (memory regions), ``destinations`` (route-template index width of
+    the QP entries).
 
     Configuration: ``qp_configure`` ``{qp, entry}``, ``mr_configure`` ``{index, entry}`` (streams, one
-    cycle each); ``gid`` (own GID), ``port_address`` (one per plane, SRv6 outer destination) registers.
+    cycle each). Row 3 (not for us) is the parser's ``for_us``: it compares the addresses with the GID
+    and the port addresses, so they need not travel in the record.
     """
 
-    def __init__(self, *, qps: int = 4, mrs: int = 8, destinations: int = 4, planes: int = 4):
-        self.qps, self.mrs, self.destinations, self.planes = qps, mrs, destinations, planes
+    def __init__(self, *, qps: int = 4, mrs: int = 8, destinations: int = 4):
+        self.qps, self.mrs, self.destinations = qps, mrs, destinations
         self._verdict = verdict_layout(qps, destinations)
         super().__init__(
             {
@@ -145,8 +145,6 @@ class Validator(wiring.Component):
                 "mr_configure": In(
                     stream.Signature(data.StructLayout({"index": bits_for(mrs), "entry": mr_entry_layout}))
                 ),
-                "gid": In(128),
-                "port_address": In(data.ArrayLayout(128, planes)),
                 "qp_error": In(qps),
             }
         )
@@ -178,7 +176,7 @@ class Validator(wiring.Component):
         ]
 
         # -- stage 1: take the frame, read both tables ----------------------------------------------
-        # The frame's record stays on ``i`` until its verdict is loaded (no copy of its 880 bits here);
+        # The frame's record stays on ``i`` until its verdict is loaded (no copy of its 623 bits here);
         # the tables are read at its keys from the cycle it appears.
         cur = self.i.payload
         busy = Signal()  # the table entries of ``cur`` are on the read ports
@@ -199,11 +197,6 @@ class Validator(wiring.Component):
         is_feedback = (op == Opcode.SACK) | (op == Opcode.NACK) | (op == Opcode.ACK)
         is_endpoint = (op == Opcode.ENDPOINT_REQUEST) | (op == Opcode.ENDPOINT_RESPONSE)
 
-        for_us = Signal()
-        outer_ok = h.outer_dst == self.gid
-        if self.destinations > 0:  # built without SRv6 there are no port addresses: only the GID is ours
-            outer_ok |= Cat(h.outer_dst == a for a in self.port_address).any()
-        m.d.comb += for_us.eq((h.dst == self.gid) & (~h.srv6 | outer_ok))
         qp_index = h.bth.dest_qp[:qb]
         qp_exists = qp.connected & (qp.qpn == h.bth.dest_qp)
         qp_failed = Signal()
@@ -213,7 +206,7 @@ class Validator(wiring.Component):
         S = [
             ((h.status != ParseStatus.OK) | cur.oversize, Drop.MALFORMED),
             (~h.trimmed & ~cur.icrc_ok, Drop.BAD_ICRC),
-            (~for_us, Drop.NOT_FOR_US),
+            (~h.for_us, Drop.NOT_FOR_US),
             (is_endpoint, Drop.ENDPOINT),
             (~qp_exists, Drop.UNKNOWN_QP),
             (is_write & qp_failed, Drop.QP_NOT_READY),

@@ -9,7 +9,7 @@ import pytest
 
 from mrcnic import wire
 from mrcnic.hdl.rx.parser import MAX_SRH_SEGMENT_BYTES, HeaderParser, ParseStatus
-from mrcnic.wire.examples import example_addressing, example_frames
+from mrcnic.wire.examples import EXAMPLE_LOCATOR, example_addressing, example_frames
 
 from support.pysim import run, stream_get, stream_put
 
@@ -28,6 +28,22 @@ EXT_VIEWS = {  # codec header -> (presence flag, path of its view in the record)
 }
 
 
+# The parser's own addresses in these tests: the examples' receiver GID (fd00::6; the reverse frames go to
+# fd00::1) and, as port addresses, the outer destinations of the examples' EV and of one more EV (random
+# WRITEs have random EVs, so their outer destinations mostly differ).
+GID = wire.ip6("fd00::6")
+PLANES = 2
+PORT_ADDRESSES = [
+    example_addressing(True, ev=wire.make_ev(plane=1, uplink=3, salt=0x1234)).outer_dst,
+    wire.port_address(EXAMPLE_LOCATOR, 1, 5),
+]
+
+
+def _for_us(frame, gid=GID, ports=PORT_ADDRESSES):
+    """§7.5 row 3, as the validator applied it before the parser did."""
+    return frame.ip.dst == gid and (not frame.srv6 or frame.outer.dst in (gid, *ports))
+
+
 def _beats(raw, w, rng):
     out = []
     for i in range(0, max(len(raw), 1), w):
@@ -42,15 +58,17 @@ def _beats(raw, w, rng):
     return out
 
 
-def _parse(frames, w, *, stall=0.3, seed=0, gaps=None, holds=None):
+def _parse(frames, w, *, stall=0.3, seed=0, gaps=None, holds=None, port_addresses=True):
     """Records the parser gives for the byte strings ``frames`` (one simulation, random stalls).
     ``gaps`` / ``holds``: idle cycles before each frame's first beat / before each record is taken, on
     top of the stalls (a list of per-frame counts)."""
     rng = random.Random(seed)
-    dut = HeaderParser(data_width=w)
+    dut = HeaderParser(data_width=w, planes=PLANES, port_addresses=port_addresses)
     records = []
 
     async def sender(ctx):
+        ctx.set(dut.gid, GID)
+        ctx.set(dut.port_address, PORT_ADDRESSES)
         for k, raw in enumerate(frames):
             for _ in range(gaps[k] if gaps else 0):
                 await ctx.tick()
@@ -95,9 +113,8 @@ def _check(raw, rec, *, skip_long_srh=False):
     assert rec.trimmed == frame.trimmed
     assert (rec.dscp, rec.ecn) == (frame.network.dscp, frame.network.ecn)
     assert rec.ce == (frame.network.ecn == wire.Ecn.CE)
-    if frame.srv6:
-        assert rec.outer_dst == frame.outer.dst
-    assert (rec.src, rec.dst, rec.flow_label) == (frame.ip.src, frame.ip.dst, frame.ip.flow_label)
+    assert rec.for_us == _for_us(frame)
+    assert (rec.src, rec.flow_label) == (frame.ip.src, frame.ip.flow_label)
     assert rec.sport == frame.udp.sport
     got, want = _fields(rec.bth, frame.bth)
     assert got == want
@@ -157,6 +174,29 @@ def test_examples_and_random_writes_parse_like_decode(w):
     for raw, rec in zip(frames, _parse(frames, w, seed=w), strict=True):
         assert wire.decode(raw)  # all good frames
         _check(raw, rec)
+
+
+@pytest.mark.parametrize("port_addresses", [True, False])
+def test_for_us_compares_both_destinations(port_addresses):
+    """§7.5 row 3 in the parser: the inner destination must be the GID; in SRv6 mode the outer one must
+    be the GID or (unless built without SRv6) a port address of any plane. Every combination, both
+    header stacks; a WRITE and a SACK each."""
+    rng = random.Random(21)
+    other = wire.ip6("fd00::77")
+    cases = []  # (raw, expected)
+    for srv6 in (True, False):
+        for dst in (GID, other):
+            for outer in (GID, *PORT_ADDRESSES, other) if srv6 else (None,):
+                for frame in (_random_write(rng, srv6, 40), example_frames(srv6)[7][1].copy()):
+                    frame.ip.dst = dst
+                    if srv6:
+                        frame.outer.dst = outer
+                    ports = PORT_ADDRESSES if port_addresses else ()
+                    cases.append((frame.encode(), _for_us(frame, ports=ports)))
+    assert {want for _, want in cases} == {True, False}
+    records = _parse([raw for raw, _ in cases], 4, seed=21, port_addresses=port_addresses)
+    for (raw, want), rec in zip(cases, records, strict=True):
+        assert rec.status == ParseStatus.OK and rec.for_us == want, raw.hex()
 
 
 def test_srh_is_skipped():

@@ -58,12 +58,13 @@ class Chain(wiring.Component):
                 "feedback": Out(stream.Signature(feedback_packet_layout(QPS))),
             }
         )
-        self.validator = Validator(qps=QPS, mrs=MRS, destinations=dests, planes=PLANES)
+        self.parser = HeaderParser(data_width=W, planes=PLANES, port_addresses=dests > 0)
+        self.validator = Validator(qps=QPS, mrs=MRS, destinations=dests)
         self.decoder = FeedbackDecoder(qps=QPS, destinations=dests)
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.parser = parser = HeaderParser(data_width=W)
+        m.submodules.parser = parser = self.parser
         m.submodules.validator = v = self.validator
         m.submodules.decoder = d = self.decoder
         wiring.connect(m, wiring.flipped(self.i), parser.i)
@@ -233,8 +234,8 @@ def test_validator_verdicts_and_feedback_records():
         for index, rkey, pd, rw, base, length in REGIONS:
             entry = {"valid": 1, "rkey": rkey, "pd": pd, "remote_write": rw, "base": base, "length": length}
             await stream_put(ctx, v.mr_configure, {"index": index, "entry": entry})
-        ctx.set(v.gid, GID_B)
-        ctx.set(v.port_address, [wire.port_address(LOCATOR, p, HOST_B) for p in range(PLANES)])
+        ctx.set(dut.parser.gid, GID_B)
+        ctx.set(dut.parser.port_address, [wire.port_address(LOCATOR, p, HOST_B) for p in range(PLANES)])
 
     async def sender(ctx):
         await configure(ctx)
@@ -330,8 +331,8 @@ def test_without_srv6_an_outer_destination_must_be_the_gid():
         for index, rkey, pd, rw, base, length in REGIONS:
             mr = {"valid": 1, "rkey": rkey, "pd": pd, "remote_write": rw, "base": base, "length": length}
             await stream_put(ctx, v.mr_configure, {"index": index, "entry": mr})
-        ctx.set(v.gid, GID_B)
-        ctx.set(v.port_address, [wire.port_address(LOCATOR, p, HOST_B) for p in range(PLANES)])
+        ctx.set(dut.parser.gid, GID_B)
+        ctx.set(dut.parser.port_address, [wire.port_address(LOCATOR, p, HOST_B) for p in range(PLANES)])
         ctx.set(dut.flags, 1)
         for _, raw, _ in items:
             for beat in _beats(raw, rng):
