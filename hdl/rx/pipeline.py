@@ -16,7 +16,7 @@ that fails anything is dropped from the buffer whole. Until the host interface e
 tables are written through the ``*_configure`` streams and the registers are plain inputs.
 """
 
-from amaranth import Module, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -187,24 +187,29 @@ class RxPipeline(wiring.Component):
 
         # -- configuration ----------------------------------------------------------------------------
         cfg = self.qp_configure
-        table_done, engine_done = Signal(), Signal()
+        # One configure record feeds three blocks: the validator's QP table, the engine's window and
+        # completion state, the builder's peer table; it is taken when all three have taken it.
+        entry = cfg.payload.entry
+        sinks = (validator.qp_configure, engine.connect, builder.peer_configure)
+        done = [Signal(name=f"configured_{k}") for k in range(len(sinks))]
         m.d.comb += [
             validator.qp_configure.payload.qp.eq(cfg.payload.qp),
-            validator.qp_configure.payload.entry.eq(cfg.payload.entry),
-            validator.qp_configure.valid.eq(cfg.valid & ~table_done),
+            validator.qp_configure.payload.entry.eq(entry),
             engine.connect.payload.qp.eq(cfg.payload.qp),
             engine.connect.payload.initial_psn.eq(cfg.payload.initial_psn),
             engine.connect.payload.initial_rqmsn.eq(cfg.payload.initial_rqmsn),
-            engine.connect.valid.eq(cfg.valid & ~engine_done),
+            builder.peer_configure.payload.qp.eq(cfg.payload.qp),
+            builder.peer_configure.payload.peer.dest.eq(entry.dest),
+            builder.peer_configure.payload.peer.peer_qpn.eq(entry.peer_qpn),
+            builder.peer_configure.payload.peer.peer_gid.eq(entry.peer_gid),
+            builder.peer_configure.payload.peer.own_qpn.eq(entry.qpn),
         ]
-        table_ok = table_done | validator.qp_configure.ready
-        engine_ok = engine_done | engine.connect.ready
-        m.d.comb += cfg.ready.eq(table_ok & engine_ok)
-        with m.If(cfg.valid):
-            with m.If(cfg.ready):
-                m.d.sync += [table_done.eq(0), engine_done.eq(0)]
-            with m.Else():
-                m.d.sync += [table_done.eq(table_ok), engine_done.eq(engine_ok)]
+        taken = [d | sink.ready for d, sink in zip(done, sinks, strict=True)]
+        m.d.comb += cfg.ready.eq(Cat(taken).all())
+        for d, sink, ok in zip(done, sinks, taken, strict=True):
+            m.d.comb += sink.valid.eq(cfg.valid & ~d)
+            with m.If(cfg.valid):
+                m.d.sync += d.eq(Mux(cfg.ready, 0, ok))
         wiring.connect(m, wiring.flipped(self.mr_configure), validator.mr_configure)
         wiring.connect(m, wiring.flipped(self.post_receive), engine.post_receive)
         if self.destinations > 0:  # without SRv6 there are no route templates

@@ -135,16 +135,12 @@ class ReceiveEngine(wiring.Component):
 
         sack_pending = per_qp(1, "sack_pending")
         sack_since = per_qp(32, "sack_since")  # time of the first un-SACKed arrival
-        # A response is the QP's peer addressing (constant while the QP is connected: kept once per QP)
-        # plus what the response says; records waiting here keep only the second part.
-        address_fields = ("dest", "peer_qpn", "peer_gid", "own_qpn")
-        address_layout = data.StructLayout({f: self._response[f].shape for f in address_fields})
+        # A response names its QP (the builder holds each QP's peer addressing) and says the rest.
         sack_layout = data.StructLayout({f: self._response[f].shape for f in ("ev", "seth", "cc")})
         sack_record = per_qp(sack_layout, "sack_record")  # SACK for the latest arrival (EV, SETH, CC)
         unsacked = per_qp(32, "unsacked")  # new payload bytes since the last SACK
         oor_sent = per_qp(1, "oor_sent")
         oor_at = per_qp(32, "oor_at")
-        address = per_qp(address_layout, "address")  # the peer fields of the QP's latest frame
         ack_pending = per_qp(1, "ack_pending")
         ack_msn = per_qp(16, "ack_msn")
         ack_sent = per_qp(1, "ack_sent")
@@ -250,16 +246,8 @@ class ReceiveEngine(wiring.Component):
         resp = Signal(self._response)
         m.d.comb += [main_resp.payload.eq(resp)]
 
-        base_address = Signal(address_layout)
-        m.d.comb += [
-            base_address.dest.eq(v.context.dest),
-            base_address.peer_qpn.eq(v.context.peer_qpn),
-            base_address.peer_gid.eq(v.context.peer_gid),
-            base_address.own_qpn.eq(v.context.qpn),
-        ]
-        base = Signal(self._response)  # the QP's addressing fields for a response to this frame
-        m.d.comb += base.ev.eq(v.ev)
-        m.d.comb += [getattr(base, f).eq(getattr(base_address, f)) for f in address_fields]
+        base = Signal(self._response)  # the fields every response to this frame shares
+        m.d.comb += [base.ev.eq(v.ev), base.qp.eq(qp)]
         timestamp = Mux(h.bth.ts & h.present.tseth, w.tseth.tx_timestamp, 0)
 
         sack_resp = Signal(self._response)  # SACK with the tracker's verdict ``t`` as trigger
@@ -347,7 +335,6 @@ class ReceiveEngine(wiring.Component):
 
             with m.State("DECIDE"):
                 m.next = "RELEASE"
-                m.d.sync += address[qp].eq(base_address)
                 with m.If(v.action == Action.PROBE):
                     stat("probes")
                     probe = Signal(self._response)
@@ -476,15 +463,12 @@ class ReceiveEngine(wiring.Component):
         # -- pacer: fenced ACKs, ACK interval, coalesced SACK timers -------------------------------
         scan = Signal(range(Q))
         m.d.sync += scan.eq(Mux(scan == Q - 1, 0, scan + 1))
-        # The held response: its QP's addressing is read from ``address`` at the output (it only changes
-        # when the QP is connected again), so only what differs between responses is registered.
+        # The held response: what differs between responses (the builder adds the QP's addressing).
         held = Signal()  # ``timer_resp`` holds a response
         held_qp = Signal(range(Q))
         held_sack = Signal()  # the QP's coalesced SACK (else an ACK or NAK)
         held_part = Signal(sack_layout)  # EV; SETH and CC of a SACK (0 for an ACK)
         held_aeth = Signal(self._response["aeth"].shape)  # of an ACK or NAK (0 for a SACK)
-        held_address = Signal(address_layout)
-        m.d.comb += held_address.eq(address[held_qp])
         timer_out = timer_resp.payload
         m.d.comb += [
             timer_resp.valid.eq(held),
@@ -493,7 +477,8 @@ class ReceiveEngine(wiring.Component):
             timer_out.seth.eq(held_part.seth),
             timer_out.cc.eq(held_part.cc),
             timer_out.aeth.eq(held_aeth),
-        ] + [getattr(timer_out, f).eq(getattr(held_address, f)) for f in address_fields]
+            timer_out.qp.eq(held_qp),
+        ]
         with m.If(timer_resp.ready):
             m.d.sync += held.eq(0)
         free = ~held | timer_resp.ready

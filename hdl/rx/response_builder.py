@@ -12,13 +12,18 @@ Another block decides *when* to answer and *what*; this one turns the record int
 
 Members (W = ``data_width`` bytes per beat, P = ``planes``):
 
-* ``response``: In, :func:`response_layout` ``{opcode, ev, dest, peer_qpn, peer_gid, own_qpn, seth,
-  cc, neth, aeth}``. ``opcode`` is ``Opcode.SACK``, ``NACK`` or ``ACK``; only the blocks of that opcode
-  are used (SACK: ``seth`` + ``cc``; NACK: ``neth``; ACK: ``aeth``). ``ev`` is the EV being answered,
-  echoed unchanged in the SETH/NETH ``entropy`` field. ``dest`` indexes this block's route-template
-  table (SRv6 mode only). SPDCID/DPDCID = ``own_qpn[15:0]`` / ``peer_qpn[15:0]``; CC type/flags, MPR,
-  vendor info, restore_cwnd and rcv_cwnd_pen are 0; CC_STATE ``ooo_count`` (16 bits in) saturates at
-  0x7FFF (§7.2). A record with any other opcode is dropped and counted (``stat_bad_opcode``).
+* ``response``: In, :func:`response_layout` ``{opcode, ev, qp, seth, cc, neth, aeth}``. ``opcode`` is
+  ``Opcode.SACK``, ``NACK`` or ``ACK``; only the blocks of that opcode are used (SACK: ``seth`` + ``cc``;
+  NACK: ``neth``; ACK: ``aeth``). ``ev`` is the EV being answered, echoed unchanged in the SETH/NETH
+  ``entropy`` field. ``qp`` names the QP whose peer is addressed (``peer_configure``). CC type/flags,
+  MPR, vendor info, restore_cwnd and rcv_cwnd_pen are 0; CC_STATE ``ooo_count`` (16 bits in) saturates
+  at 0x7FFF (§7.2). A record with any other opcode is dropped and counted (``stat_bad_opcode``).
+* ``peer_configure``: In, ``{qp, peer: peer_layout}``: the QP's peer addressing, written when the QP is
+  connected. ``peer`` is ``{dest, peer_qpn, peer_gid, own_qpn}``: ``dest`` indexes this block's
+  route-template table (SRv6 mode only); SPDCID/DPDCID = ``own_qpn[15:0]`` / ``peer_qpn[15:0]``. Kept
+  here, once per QP, so the records on their way from the receive engine do not carry 176 bits that
+  are the same for every answer to a QP. A write waits while a record is held (so every frame has the
+  addressing in force when its record was taken) and takes priority over the next record.
 * ``config``: In, ``tx_config_layout(P)`` (``srv6``, ``udp_port``, ``pkey``, ``hop_limit``,
   ``own_gid``, ``port_mac[p]``, ``next_hop_mac[p]``, ``port_address[p]``; ``dscp_data``/``dscp_retx``
   are not used). ``dscp_control``: In(6), default ``Dscp.CONTROL``. ``port_up``: In(P), default all up.
@@ -56,7 +61,7 @@ output always ready: after the first frame (whose tail waits once for the ICRC e
 between frames at W = 8 and W = 32, both modes (``test_back_to_back_frames_have_few_idle_cycles``).
 """
 
-from amaranth import Cat, Const, Module, Mux, Signal, signed
+from amaranth import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -64,12 +69,13 @@ from mrcnic.wire.constants import ETHERTYPE_IPV6, IPPROTO_IPV6, IPPROTO_UDP, Dsc
 
 from .. import headers as hdr
 from ..stream import PacketStream
+from ..tables import small_table_attrs
 from ..tx.header_builder import tx_config_layout
 from ..tx.icrc_inserter import IcrcInserter
 from ..tx.layouts import MAX_CONTROL_FRAME_BYTES, bits_for, control_frame_layout
 from ..tx.source_router import RouteTemplateLayout, route_configure_members, specialise
 
-__all__ = ["MAX_FRAME_BYTES", "ResponseBuilder", "output_layout", "response_layout"]
+__all__ = ["MAX_FRAME_BYTES", "ResponseBuilder", "output_layout", "peer_layout", "response_layout"]
 
 # Extension bytes after the BTH: SETH + CC_STATE (28 + 8), NETH (20), AETH (4).
 EXT_BYTES = {Opcode.SACK: 36, Opcode.NACK: 20, Opcode.ACK: 4}
@@ -79,21 +85,30 @@ assert MAX_FRAME_BYTES == MAX_CONTROL_FRAME_BYTES
 OOO_COUNT_MAX = 0x7FFF  # CC_STATE ooo_count is 15 bits on the wire, saturating (§7.2)
 
 
-def response_layout(qps: int, destinations: int) -> data.StructLayout:
-    """One control packet to send (see the module docstring for which fields each opcode uses).
-
-    ``qps`` does not change the layout (records carry full 24-bit QPNs); it is taken so every RX
-    record layout has the same signature.
-    """
-    del qps
+def peer_layout(destinations: int) -> data.StructLayout:
+    """The addressing of a QP's answers: its peer's route, QPN and GID, and its own QPN."""
     return data.StructLayout(
         {
-            "opcode": 8,  # Opcode.SACK / NACK / ACK
-            "ev": 32,  # EV being answered, echoed as SETH/NETH entropy
             "dest": bits_for(destinations),  # route-template index of the peer (SRv6 mode)
             "peer_qpn": 24,
             "peer_gid": 128,
             "own_qpn": 24,
+        }
+    )
+
+
+def response_layout(qps: int, destinations: int) -> data.StructLayout:
+    """One control packet to send (see the module docstring for which fields each opcode uses).
+
+    ``destinations`` does not change the layout (the peer's addressing is looked up by ``qp``); it is
+    taken so every RX record layout has the same signature.
+    """
+    del destinations
+    return data.StructLayout(
+        {
+            "opcode": 8,  # Opcode.SACK / NACK / ACK
+            "ev": 32,  # EV being answered, echoed as SETH/NETH entropy
+            "qp": bits_for(qps),  # whose peer is answered (``peer_configure``)
             "seth": data.StructLayout(
                 {
                     "m": 2,
@@ -144,6 +159,11 @@ class ResponseBuilder(wiring.Component):
         super().__init__(
             {
                 "response": In(stream.Signature(self._response_layout)),
+                "peer_configure": In(
+                    stream.Signature(
+                        data.StructLayout({"qp": bits_for(qps), "peer": peer_layout(destinations)})
+                    )
+                ),
                 "config": In(tx_config_layout(planes)),
                 "dscp_control": In(6, init=Dscp.CONTROL),
                 "port_up": In(planes, init=(1 << planes) - 1),
@@ -180,6 +200,27 @@ class ResponseBuilder(wiring.Component):
             ]
             template_write = self.route_configure.valid
 
+        held = Signal()  # the one-entry stage (2. below) holds a record
+
+        # The peers: a comb read for the held record's header, and the route index of the incoming
+        # record, so its template is read while it is taken (the index alone, a few bits a QP).
+        m.submodules.peers = peers = memory.Memory(
+            shape=peer_layout(self.destinations), depth=self.qps, init=[], attrs=small_table_attrs(self.qps)
+        )
+        peer_write = peers.write_port()
+        peer_read = peers.read_port(domain="comb")
+        pc = self.peer_configure
+        dests = Array(Signal(bits_for(self.destinations), name=f"dest_{q}") for q in range(self.qps))
+        m.d.comb += [
+            peer_write.addr.eq(pc.payload.qp),
+            peer_write.data.eq(pc.payload.peer),
+            pc.ready.eq(~held),
+            peer_write.en.eq(pc.valid & pc.ready),
+        ]
+        with m.If(pc.valid & pc.ready):
+            m.d.sync += dests[pc.payload.qp].eq(pc.payload.peer.dest)
+        config_write = template_write | pc.valid
+
         # -- 1. reverse-path rule (§5.8) on the incoming record: which port, and the EV naming it.
         rec_in = self.response.payload
         asked = Signal(plane_bits)
@@ -197,7 +238,6 @@ class ResponseBuilder(wiring.Component):
         )
 
         # -- 2. the one-entry stage: the record, its port and EV, while the template is read.
-        held = Signal()
         rec = Signal(self._response_layout)
         plane = Signal(plane_bits)
         route_ev = Signal(32)
@@ -205,11 +245,11 @@ class ResponseBuilder(wiring.Component):
         accept = Signal()
         m.d.comb += [
             # Configuration writes are rare: they go first (a record never reads a half-written entry).
-            self.response.ready.eq((~held | load) & ~template_write),
+            self.response.ready.eq((~held | load) & ~config_write),
             accept.eq(self.response.valid & self.response.ready),
         ]
         if self.srv6:
-            m.d.comb += [read.addr.eq(rec_in.dest), read.en.eq(accept)]
+            m.d.comb += [read.addr.eq(dests[rec_in.qp]), read.en.eq(accept)]
         with m.If(load):
             m.d.sync += held.eq(0)
         with m.If(accept):
@@ -226,6 +266,8 @@ class ResponseBuilder(wiring.Component):
                 ]
 
         # -- 3. the header stack of the held record, combinationally (§2.5, §4, §7.2-§7.4).
+        m.d.comb += peer_read.addr.eq(rec.qp)
+        peer = peer_read.data
         is_sack = rec.opcode == Opcode.SACK
         is_nack = rec.opcode == Opcode.NACK
         ext_len = Signal(range(MAX_FRAME_BYTES + 1))
@@ -270,19 +312,19 @@ class ResponseBuilder(wiring.Component):
             inner.next_header.eq(IPPROTO_UDP),
             inner.hop_limit.eq(cfg.hop_limit),
             inner.src.eq(cfg.own_gid),
-            inner.dst.eq(rec.peer_gid),
+            inner.dst.eq(peer.peer_gid),
             udp.sport.eq(route_ev[:16]),
             udp.dport.eq(cfg.udp_port),
             udp.length.eq(l4_length),
             bth.opcode.eq(rec.opcode),
             bth.pkey.eq(cfg.pkey),
-            bth.dest_qp.eq(rec.peer_qpn),  # PSN 0, no flags: control packets carry no sequence number
+            bth.dest_qp.eq(peer.peer_qpn),  # PSN 0, no flags: control packets carry no sequence number
             seth.m.eq(rec.seth.m),
             seth.pr.eq(rec.seth.pr),
             seth.ack_psn_offset.eq(rec.seth.ack_psn_offset),
             seth.entropy.eq(rec.ev),  # the answered EV, never modified
-            seth.spdcid.eq(rec.own_qpn[:16]),
-            seth.dpdcid.eq(rec.peer_qpn[:16]),
+            seth.spdcid.eq(peer.own_qpn[:16]),
+            seth.dpdcid.eq(peer.peer_qpn[:16]),
             seth.cack_psn.eq(rec.seth.cack_psn),
             seth.sack_offset.eq(rec.seth.sack_offset),
             seth.sack_bitmap.eq(rec.seth.sack_bitmap),
@@ -291,8 +333,8 @@ class ResponseBuilder(wiring.Component):
             cc.rcvd_bytes.eq(rec.cc.rcvd_bytes),
             neth.nack_reason.eq(rec.neth.nack_reason),
             neth.entropy.eq(rec.ev),
-            neth.spdcid.eq(rec.own_qpn[:16]),
-            neth.dpdcid.eq(rec.peer_qpn[:16]),
+            neth.spdcid.eq(peer.own_qpn[:16]),
+            neth.dpdcid.eq(peer.peer_qpn[:16]),
             neth.nack_psn.eq(rec.neth.nack_psn),
             neth.tx_timestamp.eq(rec.neth.tx_timestamp),
             aeth.eq(rec.aeth),

@@ -7,8 +7,10 @@ are decided after this block by the SACK tracker; rows 11-12 by the completion t
 
 Tables (``lib.memory``, written through configure streams, read once per frame):
 
-* QP context, ``qps`` entries indexed by ``dest_qp[:bits]``: ``{connected, qpn, peer_qpn, peer_gid,
-  dest, pd, pmtu_log2}``. A frame's QP exists if its entry is connected and holds exactly ``dest_qp``.
+* QP context, ``qps`` entries indexed by ``dest_qp[:bits]``: ``{connected, qpn, peer_gid, pd,
+  pmtu_log2}`` of the configured :func:`qp_entry_layout` (its ``peer_qpn`` and ``dest`` address answers:
+  the response builder keeps those). A frame's QP exists if its entry is connected and holds exactly
+  ``dest_qp``.
 * Memory regions, ``mrs`` entries indexed by ``rkey[:bits]`` (the low R_Key bits name the entry, the
   rest is a tag, as InfiniBand keys do): ``{valid, rkey, pd, remote_write, base, length}``. The whole
   32-bit R_Key must match.
@@ -101,13 +103,19 @@ VerdictHeaders = data.StructLayout(
 )
 
 
+# What the QP table keeps of a configured entry: the fields the checks read.
+_QP_CHECKED = ("connected", "qpn", "peer_gid", "pd", "pmtu_log2")
+
+
 def verdict_layout(qps: int, destinations: int) -> data.StructLayout:
+    """One frame's verdict. ``destinations`` does not change it (the peer's addressing stays in the
+    response builder); it is taken so every RX record layout has the same signature."""
+    del destinations
     return data.StructLayout(
         {
             "action": Action,
             "drop": Drop,
             "qp": bits_for(qps),
-            "context": qp_entry_layout(destinations),
             "header": VerdictHeaders,  # ParsedHeaders without the addresses checked here
             "ev": 32,  # the packet's EV: UDP sport | flow label[15:0] << 16
             "error": RxError,  # WRITE only
@@ -153,8 +161,10 @@ class Validator(wiring.Component):
         m = Module()
         qb, mb = bits_for(self.qps), bits_for(self.mrs)
 
+        entry_layout = qp_entry_layout(self.destinations)
+        checked_layout = data.StructLayout({name: entry_layout[name].shape for name in _QP_CHECKED})
         m.submodules.qp_table = qp_table = Memory(
-            shape=qp_entry_layout(self.destinations),
+            shape=checked_layout,
             depth=self.qps,
             init=[],
             attrs=small_table_attrs(self.qps),
@@ -167,7 +177,7 @@ class Validator(wiring.Component):
         m.d.comb += [
             self.qp_configure.ready.eq(1),
             qp_wr.addr.eq(self.qp_configure.payload.qp),
-            qp_wr.data.eq(self.qp_configure.payload.entry),
+            *(qp_wr.data[name].eq(self.qp_configure.payload.entry[name]) for name in _QP_CHECKED),
             qp_wr.en.eq(self.qp_configure.valid),
             self.mr_configure.ready.eq(1),
             mr_wr.addr.eq(self.mr_configure.payload.index),
@@ -254,7 +264,6 @@ class Validator(wiring.Component):
         m.d.comb += [
             v.drop.eq(drop),
             v.qp.eq(qp_index),
-            v.context.eq(qp),
             *(v.header[name].eq(h[name]) for name, _ in VerdictHeaders),
             v.ev.eq(Cat(h.sport, h.flow_label[:16])),
             v.ends_message.eq(last | only),

@@ -23,7 +23,7 @@ from scapy.layers.l2 import Ether
 
 import mrcnic.wire.scapy_layers as sl
 from mrcnic import wire
-from mrcnic.hdl.rx.response_builder import ResponseBuilder, output_layout, response_layout
+from mrcnic.hdl.rx.response_builder import ResponseBuilder, output_layout, peer_layout, response_layout
 from mrcnic.hdl.tx.header_builder import tx_config_layout
 from mrcnic.hdl.tx.layouts import bits_for
 from mrcnic.hdl.tx.source_router import RouteTemplateLayout
@@ -37,6 +37,7 @@ from support.pysim import run, stream_get, stream_put
 
 QPS, DESTS = 8, 4
 KINDS = (Opcode.SACK, Opcode.NACK, Opcode.ACK)
+PEER_FIELDS = ("dest", "peer_qpn", "peer_gid", "own_qpn")  # per QP, in the builder's peer table
 
 
 # -- the Python picture of the block's configuration and of each frame ------------------------------
@@ -56,6 +57,29 @@ class Setup:
         self.next_hop_mac = [rng.randrange(1 << 48) for _ in range(planes)]
         self.port_address = [wire.port_address(self.locator, p, host) for p in range(planes)]
         self.routes = [self.random_route() for _ in range(DESTS)]
+        self.peers = [self.random_peer() for _ in range(QPS)]
+
+    def random_peer(self):
+        rng = self.rng
+        return {
+            "dest": rng.randrange(DESTS),
+            "peer_qpn": rng.randrange(1 << 24),
+            "peer_gid": rng.randrange(1 << 128),
+            "own_qpn": rng.randrange(1 << 24),
+        }
+
+    def peer_configure(self, qp):
+        return {"qp": qp, "peer": dict(self.peers[qp])}
+
+    async def configure_peers(self, ctx, dut, peers=None, **stalls):
+        """Write every QP's peer (``peers``: these instead of the current ones)."""
+        for q, peer in enumerate(peers or self.peers):
+            await stream_put(ctx, dut.peer_configure, {"qp": q, "peer": dict(peer)}, **stalls)
+
+    @staticmethod
+    def to_dut(rec):
+        """The record as the block takes it: the QP's addressing is in its peer table."""
+        return {k: v for k, v in rec.items() if k not in PEER_FIELDS}
 
     def random_route(self):
         rng = self.rng
@@ -104,13 +128,12 @@ class Setup:
             kind = rng.choice([Opcode.PROBE, Opcode.WRITE_ONLY, 0x00, 0xFF])
         pr = int(kind == Opcode.SACK and rng.random() < 0.25)
         ack_offset = probe_id_offset(rng.randrange(1 << 16)) if pr else rng.randrange(-(1 << 15), 1 << 15)
+        qp = rng.randrange(QPS)
         return {
             "opcode": int(kind),
             "ev": rng.randrange(1 << 32),
-            "dest": rng.randrange(DESTS),
-            "peer_qpn": rng.randrange(1 << 24),
-            "peer_gid": rng.randrange(1 << 128),
-            "own_qpn": rng.randrange(1 << 24),
+            "qp": qp,
+            **self.peers[qp],  # what the frame must carry; not sent (``to_dut``)
             # Every block random, whatever the kind: fields of other kinds must not leak into the frame.
             "seth": {
                 "m": rng.randrange(3),
@@ -284,11 +307,16 @@ def test_frames_equal_the_codec(w, planes, srv6, icrc):
     n_records = 120
     rewrite_at = n_records // 2  # dest 0's template is rewritten here: later records use the new one
     new_route = setup.random_route()
+    for peer in setup.peers:
+        peer["dest"] %= dests
+    first_peers = list(setup.peers)
+    new_peer = {**setup.random_peer(), "dest": 0}  # QP 0's peer from rewrite_at on (0: dest 0's route)
     plan = []  # (record, port_up, routes in force)
     for i in range(n_records):
         routes = setup.routes if i < rewrite_at else [new_route, *setup.routes[1:]]
+        if i == rewrite_at:
+            setup.peers[0] = new_peer
         rec = setup.random_record(bad_opcode=rng.random() < 0.04)
-        rec["dest"] %= dests
         plan.append((rec, setup.random_port_up(), routes))
     expected = [
         (rec, routes, exp) for rec, up, routes in plan if (exp := setup.expected(rec, up, routes)) is not None
@@ -300,13 +328,16 @@ def test_frames_equal_the_codec(w, planes, srv6, icrc):
         ctx.set(dut.config, {**setup.config(), "srv6": 1} if not built else setup.config())
         if setup.dscp is not None:
             ctx.set(dut.dscp_control, setup.dscp)
+        await setup.configure_peers(ctx, dut, first_peers, stall=0.3, rng=rng)
         for d, route in enumerate(setup.routes if built else []):
             await stream_put(ctx, dut.route_configure, Setup.template(d, route), stall=0.3, rng=rng)
         for i, (rec, up, _) in enumerate(plan):
+            if i == rewrite_at:  # QP 0's peer is rewritten: it waits for the held record, if any
+                await stream_put(ctx, dut.peer_configure, {"qp": 0, "peer": new_peer})
             if i == rewrite_at and built:
                 await stream_put(ctx, dut.route_configure, Setup.template(0, new_route))
             ctx.set(dut.port_up, up)  # sampled in the cycle the record is taken
-            await stream_put(ctx, dut.response, rec, stall=0.3, rng=rng)
+            await stream_put(ctx, dut.response, Setup.to_dut(rec), stall=0.3, rng=rng)
 
     async def sink(ctx):
         beats, planes_seen = [], set()
@@ -379,11 +410,12 @@ def test_reverse_path_rule_cases():
 
     async def source(ctx):
         ctx.set(dut.config, setup.config())
+        await setup.configure_peers(ctx, dut)
         for d, route in enumerate(setup.routes):
             await stream_put(ctx, dut.route_configure, Setup.template(d, route))
         for rec, (_, up, _) in zip(records, cases, strict=True):
             ctx.set(dut.port_up, up)
-            await stream_put(ctx, dut.response, rec)
+            await stream_put(ctx, dut.response, Setup.to_dut(rec))
 
     async def sink(ctx):
         while len(got) < 4:
@@ -430,12 +462,13 @@ def test_each_frame_keeps_the_mode_it_was_built_in(w):
     async def source(ctx):
         if setup.dscp is not None:
             ctx.set(dut.dscp_control, setup.dscp)
+        await setup.configure_peers(ctx, dut)
         for d, route in enumerate(setup.routes):
             await stream_put(ctx, dut.route_configure, Setup.template(d, route))
         setup.srv6 = modes[0]
         ctx.set(dut.config, setup.config())
         for i, rec in enumerate(records):
-            await stream_put(ctx, dut.response, rec)
+            await stream_put(ctx, dut.response, Setup.to_dut(rec))
             await ctx.tick().until(dut.o.valid)  # the frame is in the emitter, its first beat offered
             setup.srv6 = not modes[i]  # the other mode while it waits (the next frame's, if any)
             ctx.set(dut.config, setup.config())
@@ -484,10 +517,11 @@ def test_back_to_back_frames_have_few_idle_cycles(w):
 
         async def source(ctx, setup=setup, dut=dut, records=records):
             ctx.set(dut.config, setup.config())
+            await setup.configure_peers(ctx, dut)
             for d, route in enumerate(setup.routes):
                 await stream_put(ctx, dut.route_configure, Setup.template(d, route))
             for rec in records:
-                await stream_put(ctx, dut.response, rec)
+                await stream_put(ctx, dut.response, Setup.to_dut(rec))
 
         async def sink(ctx, dut=dut, records=records, trace=trace):
             ctx.set(dut.o.ready, 1)
@@ -561,6 +595,7 @@ async def smoke(dut):
     cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
     dut.response__valid.value = 0
     dut.route_configure__valid.value = 0
+    dut.peer_configure__valid.value = 0
     dut.o__ready.value = 0
     dut.config.value = pack(tx_config_layout(planes), setup.config())
     dut.dscp_control.value = wire.Dscp.CONTROL
@@ -572,6 +607,9 @@ async def smoke(dut):
     route_layout = {"dest": bits_for(DESTS), "template": RouteTemplateLayout}
     for d, route in enumerate(setup.routes):
         await ports.put("route_configure", pack(data.StructLayout(route_layout), Setup.template(d, route)))
+    peer_layout_ = data.StructLayout({"qp": bits_for(QPS), "peer": peer_layout(DESTS)})
+    for q in range(QPS):
+        await ports.put("peer_configure", pack(peer_layout_, setup.peer_configure(q)))
     plan = [(setup.random_record(), ups) for ups in (0b11, 0b11, 0b01, 0b10, 0b11, 0b00, 0b11)]
     for i, (rec, _) in enumerate(plan):
         rec["opcode"] = int(KINDS[i % 3])
@@ -581,7 +619,7 @@ async def smoke(dut):
     async def feed():
         for rec, up in plan:
             dut.port_up.value = up
-            await ports.put("response", pack(layout, rec))
+            await ports.put("response", pack(layout, Setup.to_dut(rec)))
 
     cocotb.start_soon(feed())
     got = await ports.frames(len(expected), w, output_layout(w, planes))
