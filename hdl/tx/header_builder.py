@@ -24,7 +24,7 @@ from ..dma.reader import dma_data_layout
 from ..stream import PacketStream
 from .layouts import bits_for, descriptor_layout
 
-__all__ = ["HeaderBuilder", "job_layout", "packet_beats_bound", "tx_config_layout"]
+__all__ = ["HeaderBuilder", "job_layout", "packet_beats_bound", "peer_layout", "tx_config_layout"]
 
 # Largest header stack: Ethernet + 2 x IPv6 + UDP + BTH + METH + TSETH + RETH + ImmDt.
 MAX_HEADER_BYTES = 14 + 40 + 40 + 8 + 12 + 4 + 4 + 16 + 4
@@ -65,7 +65,8 @@ def tx_config_layout(planes: int) -> data.StructLayout:
 
 
 def job_layout(qps: int, ev_slots: int, planes: int) -> data.StructLayout:
-    """A packet ready to build: its descriptor, the path chosen for it and the peer's identity."""
+    """A packet ready to build: its descriptor and the path chosen for it. The peer's identity is not
+    in it: the builder looks it up by the descriptor's QP (``peer``) when the header is built."""
     return data.StructLayout(
         {
             "descriptor": descriptor_layout(qps, ev_slots),
@@ -73,11 +74,12 @@ def job_layout(qps: int, ev_slots: int, planes: int) -> data.StructLayout:
             "slot": bits_for(ev_slots),
             "plane": bits_for(planes),
             "outer_dst": 128,
-            "qpn": 24,  # own QPN (PETH.spdcid)
-            "peer_qpn": 24,
-            "peer_gid": 128,
         }
     )
+
+
+# The QP context fields a header needs: own QPN (PETH.spdcid), the peer's QPN and GID.
+peer_layout = data.StructLayout({"qpn": 24, "peer_qpn": 24, "peer_gid": 128})
 
 
 class HeaderBuilder(wiring.Component):
@@ -86,6 +88,10 @@ class HeaderBuilder(wiring.Component):
     ``config.srv6`` says; the job's ``outer_dst`` is not used). Members:
 
     * ``job``: In, ``job_layout``.
+    * ``peer_qp``: Out, the QP of the job whose header is built; ``peer``: In, ``peer_layout``, that QP's
+      context fields, combinationally (a read port of the QP context table). Read when the header is
+      built, so the parked jobs do not hold 176 bits each that are the same for every packet of a QP
+      (a QP configured again while its packets are parked would give them its new peer).
     * ``config``: In, ``tx_config_layout`` registers; ``now_ts``: In(16), time in 128 ns units.
     * ``dma_cmd``: Out, ``{addr, length}`` payload reads, one per WRITE job (none for a PROBE), in job order.
     * ``dma_data``: In, the payload beats (memory lane offsets, ``last`` on each command's last beat).
@@ -108,6 +114,8 @@ class HeaderBuilder(wiring.Component):
         super().__init__(
             {
                 "job": In(stream.Signature(self._job_layout)),
+                "peer_qp": Out(bits_for(qps)),
+                "peer": In(peer_layout),
                 "config": In(tx_config_layout(planes)),
                 "now_ts": In(16),
                 "dma_cmd": Out(stream.Signature(data.StructLayout({"addr": 64, "length": 16}))),
@@ -161,6 +169,8 @@ class HeaderBuilder(wiring.Component):
         peth = Signal(hdr.Peth)
         l4_length = Signal(16)
         dscp = Mux(d.rtx, cfg.dscp_retx, cfg.dscp_data)
+        peer = self.peer
+        m.d.comb += self.peer_qp.eq(d.qp)
         m.d.comb += [
             l4_length.eq(Mux(probe, PROBE_L4_LENGTH, L4_OVERHEAD + 4 * imm + d.length)),
             eth.dst.eq(cfg.next_hop_mac[job.plane]),
@@ -174,7 +184,7 @@ class HeaderBuilder(wiring.Component):
             inner.next_header.eq(IPPROTO_UDP),
             inner.hop_limit.eq(cfg.hop_limit),
             inner.src.eq(cfg.own_gid),
-            inner.dst.eq(job.peer_gid),
+            inner.dst.eq(peer.peer_gid),
             outer.version.eq(6),
             outer.dscp.eq(dscp),
             outer.ecn.eq(Ecn.ECT0),
@@ -189,7 +199,7 @@ class HeaderBuilder(wiring.Component):
             udp.length.eq(l4_length),
             bth.opcode.eq(d.opcode),
             bth.pkey.eq(cfg.pkey),
-            bth.dest_qp.eq(job.peer_qpn),
+            bth.dest_qp.eq(peer.peer_qpn),
             bth.rtx.eq(d.rtx),
             bth.ack_req.eq(d.ack_req),
             bth.ts.eq(~probe),  # a probe's timestamp is in the PETH
@@ -203,8 +213,8 @@ class HeaderBuilder(wiring.Component):
             reth.dma_length.eq(d.dma_length),
             immdt.imm.eq(d.imm),
             peth.probe_id.eq(d.probe_id),
-            peth.spdcid.eq(job.qpn[:16]),
-            peth.dpdcid.eq(job.peer_qpn[:16]),
+            peth.spdcid.eq(peer.qpn[:16]),
+            peth.dpdcid.eq(peer.peer_qpn[:16]),
             peth.tx_timestamp.eq(self.now_ts),
             peth.ftype.eq(1),
         ]

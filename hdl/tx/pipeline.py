@@ -5,10 +5,11 @@ Ref: docs/protocol.md §2-§9; DESIGN.md "Gateware architecture".
     work_request ► Segmenter ◄─► QpScheduler ◄── Retransmitter ◄── retransmit {qp, psn}
                         │ descriptor     (new ones are stored in the Retransmitter)
                         ▼
-    PathSelector (EV slot, plane) ► QP context (peer QPN, GID, destination) ► SourceRouter (outer DA)
-      (probes skip it: their EV is given) │ job                                ► sent (to the tracker)
+    PathSelector (EV slot, plane) ► QP context (destination) ► SourceRouter (outer DA)
+      (probes skip it: their EV is given) │ job                 ► sent (to the tracker)
                         ▼
     HeaderBuilder ◄─► DmaReader (AXI4 reads of the payload) ► StreamPacker ─┬► IcrcInserter
+      (and ◄── QP context: peer QPN and GID, read as each header is built)
                                         control frames (``control_in``) ──────┘
                         ► PlaneDemux ► m_axis[p], one per plane
 
@@ -257,6 +258,15 @@ class TxPipeline(wiring.Component):
         )
         ctx_write = qp_context.write_port()
         ctx_read = qp_context.read_port(domain="sync")
+        # The header builder reads the peer of the job it builds a header for (not carried in the job).
+        peer_read = qp_context.read_port(domain="comb")
+        peer_of_job = qp_context_layout(self.destinations)(peer_read.data)
+        m.d.comb += [
+            peer_read.addr.eq(builder.peer_qp),
+            builder.peer.qpn.eq(peer_of_job.qpn),
+            builder.peer.peer_qpn.eq(peer_of_job.peer_qpn),
+            builder.peer.peer_gid.eq(peer_of_job.peer_gid),
+        ]
         m.d.comb += [
             ctx_write.addr.eq(self.qp_configure.payload.qp),
             ctx_write.data.eq(self.qp_configure.payload.context),
@@ -340,11 +350,6 @@ class TxPipeline(wiring.Component):
                         router.request.payload.ev.eq(job.ev),
                     ]
                 with m.If(taken):
-                    m.d.sync += [
-                        job.qpn.eq(peer.qpn),
-                        job.peer_qpn.eq(peer.peer_qpn),
-                        job.peer_gid.eq(peer.peer_gid),
-                    ]
                     m.next = "ROUTE" if self.srv6 else "RESERVE"
             if self.srv6:
                 with m.State("ROUTE"):
