@@ -52,6 +52,7 @@ from .header_builder import (
     HeaderBuilder,
     job_layout,
     packet_beats_bound,
+    peer_layout,
     tx_config_layout,
 )
 from .icrc_inserter import IcrcInserter
@@ -253,23 +254,34 @@ class TxPipeline(wiring.Component):
             rtx.store.valid.eq(seg.descriptor.valid & sch.new_packet.ready),
         ]
 
+        # Two tables from one configure record: the destination, read (synchronously) in the path stage
+        # for the source router, and the peer's identity, read (combinationally) by the header builder for
+        # the job whose header it builds, so jobs need not carry it. (One table with both read ports made
+        # Yosys's ABC9 stop on an internal assertion in the Versa's full design, 2026-12-05.)
+        cfg_context = self.qp_configure.payload.context
+        route_layout = data.StructLayout({"dest": bits_for(self.destinations)})
         m.submodules.qp_context = qp_context = memory.Memory(
-            shape=qp_context_layout(self.destinations), depth=qps, init=[], attrs=small_table_attrs(qps)
+            shape=route_layout, depth=qps, init=[], attrs=small_table_attrs(qps)
         )
         ctx_write = qp_context.write_port()
         ctx_read = qp_context.read_port(domain="sync")
-        # The header builder reads the peer of the job it builds a header for (not carried in the job).
-        peer_read = qp_context.read_port(domain="comb")
-        peer_of_job = qp_context_layout(self.destinations)(peer_read.data)
+        m.submodules.peers = peers = memory.Memory(
+            shape=peer_layout, depth=qps, init=[], attrs=small_table_attrs(qps)
+        )
+        peer_write = peers.write_port()
+        peer_read = peers.read_port(domain="comb")
         m.d.comb += [
+            peer_write.addr.eq(self.qp_configure.payload.qp),
+            peer_write.data.qpn.eq(cfg_context.qpn),
+            peer_write.data.peer_qpn.eq(cfg_context.peer_qpn),
+            peer_write.data.peer_gid.eq(cfg_context.peer_gid),
+            peer_write.en.eq(self.qp_configure.valid),
             peer_read.addr.eq(builder.peer_qp),
-            builder.peer.qpn.eq(peer_of_job.qpn),
-            builder.peer.peer_qpn.eq(peer_of_job.peer_qpn),
-            builder.peer.peer_gid.eq(peer_of_job.peer_gid),
+            builder.peer.eq(peer_read.data),
         ]
         m.d.comb += [
             ctx_write.addr.eq(self.qp_configure.payload.qp),
-            ctx_write.data.eq(self.qp_configure.payload.context),
+            ctx_write.data.dest.eq(cfg_context.dest),
             ctx_write.en.eq(self.qp_configure.valid),
             self.qp_configure.ready.eq(1),
         ]
@@ -337,7 +349,7 @@ class TxPipeline(wiring.Component):
                 with m.If(retry == 0):
                     m.next = "REQUEST"
             with m.State("CONTEXT"):
-                peer = qp_context_layout(self.destinations)(ctx_read.data)
+                peer = ctx_read.data
                 taken = router.request.ready if self.srv6 else Const(1)
                 m.d.comb += [
                     ctx_read.en.eq(~taken),  # hold the read data until the router takes it
