@@ -70,7 +70,6 @@ from mrcnic.wire.constants import ETHERTYPE_IPV6, IPPROTO_IPV6, IPPROTO_UDP, Dsc
 from .. import headers as hdr
 from ..stream import PacketStream
 from ..tables import small_table_attrs
-from ..tx.header_builder import peer_layout as tx_peer_layout
 from ..tx.header_builder import tx_config_layout
 from ..tx.icrc_inserter import IcrcInserter
 from ..tx.layouts import MAX_CONTROL_FRAME_BYTES, bits_for, control_frame_layout
@@ -87,10 +86,14 @@ OOO_COUNT_MAX = 0x7FFF  # CC_STATE ooo_count is 15 bits on the wire, saturating 
 
 
 def peer_layout(destinations: int) -> data.StructLayout:
-    """The addressing of a QP's answers: the peer's route index (SRv6 mode) and the fields a TX header
-    takes from its QP (``mrcnic.hdl.tx.header_builder.peer_layout``: own QPN, the peer's QPN and GID)."""
+    """The addressing of a QP's answers: its peer's route, QPN and GID, and its own QPN."""
     return data.StructLayout(
-        {"dest": bits_for(destinations), **{name: field.shape for name, field in tx_peer_layout}}
+        {
+            "dest": bits_for(destinations),  # route-template index of the peer (SRv6 mode)
+            "peer_qpn": 24,
+            "peer_gid": 128,
+            "own_qpn": 24,
+        }
     )
 
 
@@ -199,10 +202,10 @@ class ResponseBuilder(wiring.Component):
 
         held = Signal()  # the one-entry stage (2. below) holds a record
 
-        # The peers: QPNs and GID in a table read (combinationally) for the held record's header; the
-        # route index apart, in registers, so the incoming record's template is read while it is taken.
+        # The peers: a comb read for the held record's header, and the route index of the incoming
+        # record, so its template is read while it is taken (the index alone, a few bits a QP).
         m.submodules.peers = peers = memory.Memory(
-            shape=tx_peer_layout, depth=self.qps, init=[], attrs=small_table_attrs(self.qps)
+            shape=peer_layout(self.destinations), depth=self.qps, init=[], attrs=small_table_attrs(self.qps)
         )
         peer_write = peers.write_port()
         peer_read = peers.read_port(domain="comb")
@@ -210,7 +213,7 @@ class ResponseBuilder(wiring.Component):
         dests = Array(Signal(bits_for(self.destinations), name=f"dest_{q}") for q in range(self.qps))
         m.d.comb += [
             peer_write.addr.eq(pc.payload.qp),
-            *(peer_write.data[name].eq(pc.payload.peer[name]) for name, _ in tx_peer_layout),
+            peer_write.data.eq(pc.payload.peer),
             pc.ready.eq(~held),
             peer_write.en.eq(pc.valid & pc.ready),
         ]

@@ -78,9 +78,8 @@ def job_layout(qps: int, ev_slots: int, planes: int) -> data.StructLayout:
     )
 
 
-# The QP's addressing a header needs: own QPN (PETH/SETH/NETH spdcid), the peer's QPN and GID. The
-# response builder keeps the same per QP (with the peer's route index).
-peer_layout = data.StructLayout({"own_qpn": 24, "peer_qpn": 24, "peer_gid": 128})
+# The QP context fields a header needs: own QPN (PETH.spdcid), the peer's QPN and GID.
+peer_layout = data.StructLayout({"qpn": 24, "peer_qpn": 24, "peer_gid": 128})
 
 
 class HeaderBuilder(wiring.Component):
@@ -214,7 +213,7 @@ class HeaderBuilder(wiring.Component):
             reth.dma_length.eq(d.dma_length),
             immdt.imm.eq(d.imm),
             peth.probe_id.eq(d.probe_id),
-            peth.spdcid.eq(peer.own_qpn[:16]),
+            peth.spdcid.eq(peer.qpn[:16]),
             peth.dpdcid.eq(peer.peer_qpn[:16]),
             peth.tx_timestamp.eq(self.now_ts),
             peth.ftype.eq(1),

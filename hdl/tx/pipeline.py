@@ -272,7 +272,7 @@ class TxPipeline(wiring.Component):
         peer_read = peers.read_port(domain="comb")
         m.d.comb += [
             peer_write.addr.eq(self.qp_configure.payload.qp),
-            peer_write.data.own_qpn.eq(cfg_context.qpn),
+            peer_write.data.qpn.eq(cfg_context.qpn),
             peer_write.data.peer_qpn.eq(cfg_context.peer_qpn),
             peer_write.data.peer_gid.eq(cfg_context.peer_gid),
             peer_write.en.eq(self.qp_configure.valid),
