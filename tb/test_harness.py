@@ -7,7 +7,9 @@ random backpressure and the seed plumbing all work, before any real block relies
 import random
 
 import cocotb
+import pytest
 from amaranth import Module
+from amaranth.back import verilog
 from amaranth.lib import fifo, wiring
 from amaranth.lib.wiring import In, Out
 from cocotb.clock import Clock
@@ -16,7 +18,7 @@ from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStream
 
 from mrcnic.hdl.stream import AxiStreamSignature
 
-from support.cocotb_runner import dut_params, run_cocotb
+from support.cocotb_runner import MODULE_VERILOG_LIMIT, check_verilog_size, dut_params, run_cocotb
 
 
 class AxiStreamFifo(wiring.Component):
@@ -71,3 +73,17 @@ def test_harness_fifo():
             params={"data_width": width},
             module="test_harness",
         )
+
+
+def test_verilog_size_guard_names_the_module_over_the_limit():
+    """run_cocotb refuses a design with a module over MODULE_VERILOG_LIMIT characters, by name."""
+    text = verilog.convert(AxiStreamFifo(8), name="top", emit_src=False)
+    check_verilog_size(text)  # the harness FIFO is far below the limit
+    sizes = {body.split("(", 1)[0].strip(): len(body) for body in text.split("\nmodule ")[1:]}
+    assert "top" in sizes and len(sizes) == 2  # the top and its FIFO
+    largest = max(sizes, key=sizes.get)
+    with pytest.raises(ValueError, match=r"over [0-9,]+ characters: (\S+) \(") as error:
+        check_verilog_size(text, sizes[largest] - 1)
+    # only the largest is named, with its size
+    assert str(error.value).split(": ", 1)[1].split(";")[0] == f"{largest} ({sizes[largest]:,} characters)"
+    assert MODULE_VERILOG_LIMIT > 1_000_000  # above the NIC's register file (about 0.6 MB)

@@ -2,7 +2,8 @@
 
 One call, :func:`run_cocotb`, does everything a test needs:
 
-* converts the Amaranth component to Verilog (``build/sim/<design>/<config>/<top>.v``),
+* converts the Amaranth component to Verilog (``build/sim/<design>/<config>/<top>.v``) and fails with
+  the module's name if any module is over ``MODULE_VERILOG_LIMIT`` (:func:`check_verilog_size`),
 * builds it with Verilator once per design configuration (the folder is shared by every test of that
   configuration and guarded by a file lock, so parallel pytest workers never build it twice at once),
 * runs the named cocotb test module in its own run folder and fails the pytest test if any cocotb
@@ -33,7 +34,7 @@ from amaranth.back import verilog
 
 from mrcnic.toolchain import apply_tool_environment
 
-__all__ = ["BUILD_ROOT", "run_cocotb", "dut_params"]
+__all__ = ["BUILD_ROOT", "MODULE_VERILOG_LIMIT", "run_cocotb", "dut_params", "check_verilog_size"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_ROOT = REPO_ROOT / "build" / "sim"
@@ -48,6 +49,26 @@ def _slug(params: Mapping[str, object]) -> str:
     if len(text) > 60:
         text = text[:40] + "-" + hashlib.sha1(text.encode()).hexdigest()[:10]
     return text
+
+
+# The largest module any test builds is the NIC's register file, about 0.6 MB of Verilog. A block whose
+# description grows much past that has usually lost its structure (a 256-PSN SACK tracker once came out
+# as 9.4 MB where 86 kB do, and took the system tests' Verilator build from minutes to over a quarter of
+# an hour): that is a failure with the module's name, not a slower suite.
+MODULE_VERILOG_LIMIT = 1_500_000
+
+
+def check_verilog_size(text: str, limit: int = MODULE_VERILOG_LIMIT) -> None:
+    """Raises ``ValueError`` naming every module of the Verilog ``text`` larger than ``limit``
+    characters, largest first."""
+    modules = re.split(r"(?m)^module ", text)[1:]
+    sizes = sorted(((len(body), body.split("(", 1)[0].strip()) for body in modules), reverse=True)
+    over = [f"{name} ({size:,} characters)" for size, name in sizes if size > limit]
+    if over:
+        raise ValueError(
+            f"generated Verilog modules over {limit:,} characters: {', '.join(over)}; a block that big "
+            "usually lost its structure (see MODULE_VERILOG_LIMIT)"
+        )
 
 
 def _fst_available() -> bool:
@@ -124,6 +145,7 @@ def run_cocotb(
         fcntl.flock(lock, fcntl.LOCK_EX)
         source = build_dir / f"{toplevel}.v"
         text = verilog.convert(design(), name=toplevel, emit_src=False)
+        check_verilog_size(text)
         # Rewrite only on change, so Verilator and make see an up-to-date build and skip it.
         if not source.exists() or source.read_text() != text:
             source.write_text(text)
