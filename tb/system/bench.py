@@ -76,6 +76,9 @@ class SystemConfig:
     loss: float = 0.0
     seed: int = 1
     fabric: dict = field(default_factory=dict)  # other FabricConfig fields
+    # The time rule's reordering tolerance beyond target_qdelay (§7.7): the path delay differences the
+    # fabric adds besides queueing (a test that lengthens some paths adds its skew).
+    reorder_slack_ps: int = 2_000_000
 
     def nic_params(self) -> dict:
         return dict(
@@ -401,7 +404,6 @@ class NicBench:
         hosts = [0, cfg.radix // 2] + [h for h in range(cfg.hosts) if h not in (0, cfg.radix // 2)]
         fc = self.fabric.cfg
         self.base_rtt_ps = fc.base_rtt_ps()
-        self.reorder_slack_ps = 2_000_000  # the time rule's slack beyond target_qdelay (§7.7)
         # A packet whose EV was chosen just before a retirement may still leave after it: from the header
         # builder, the plane queue and the MAC's buffer (a few PMTU frames at link rate).
         frame_ps = round(wire_bytes(cfg.pmtu, srv6=True) * 8e12 / cfg.link_rate_bps)
@@ -447,7 +449,7 @@ class NicBench:
             "plane_queue_beats": -(-(138 + cfg.pmtu + 4) // cfg.data_width),
             "min_active": max(1, cfg.ev_slots // 4),
             "rto_cycles": round(4 * rtt / cycle_ps),
-            "reorder_cycles": round((target + self.reorder_slack_ps) / cycle_ps),
+            "reorder_cycles": round((target + cfg.reorder_slack_ps) / cycle_ps),
             "probe_interval": round(20_000_000 / cycle_ps),
             "probe_interval_max": round(1_000_000_000 / cycle_ps),
             "probe_rto": round(4 * rtt / cycle_ps),

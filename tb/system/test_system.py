@@ -150,20 +150,24 @@ async def random_loss_5_percent(dut):
 
 @cocotb.test()
 async def reordering_from_path_delay_skew(dut):
-    """The links through T1 0 of two planes are 4 us longer: packets arrive out of order across paths,
-    below the time rule's tolerance. Where the paths converge the last hop can overflow its trim
+    """The links through T1 0 of two planes are 4 us longer: packets arrive out of order across paths.
+    The time rule's tolerance covers the skew, as an operator would set it for such a fabric (slack 2 us
+    + 4 us beyond the target queueing delay). Where the paths converge the last hop can overflow its trim
     threshold: trimmed packets are NACKed and retransmitted. The time rule may fire for at most a couple
-    of packets (seed 1472103877: 1 of 256, a packet that had arrived, as the reference model's time rule
-    also decides: the scoreboards agree); everything else retransmitted is a last-hop trim. A packet can be
-    both trimmed and timed out; it is retransmitted once."""
+    of packets, when queueing on the long paths exceeds the target queueing delay as well; everything
+    else retransmitted is a last-hop trim. A packet can be both trimmed and timed out; it is retransmitted
+    once. (With the tolerance not covering the skew, 3 of 33 seeds saw 3 time-rule losses: 1016, 1025,
+    1029; docs/benchmarks.md.)"""
+    skew_ps = 4_000_000
 
     def skew(bench):
         for key, ports in bench.fabric.links.items():
             if key[0] == "t0t1" and key[1] in (0, 2) and key[3] == 0:
                 for port in ports:
-                    port.delay_ps += 4_000_000
+                    port.delay_ps += skew_ps
 
-    _, r = await _transfer(dut, _config(), setup=skew)
+    cfg = _config(reorder_slack_ps=SystemConfig.reorder_slack_ps + skew_ps)
+    _, r = await _transfer(dut, cfg, setup=skew)
     reordered = sum(1 for x, y in zip(r.arrivals, r.arrivals[1:], strict=False) if y[2] < x[2])
     print(f"{reordered} arrivals after a higher PSN")
     assert r.data_verified and reordered > 10
