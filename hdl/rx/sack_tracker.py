@@ -45,17 +45,23 @@ State. One ``lib.memory.Memory`` of Q entries ``{bitmap, cack, max_rcvd, ooo, by
 synchronous read port (transparent to the write port) and one write port. A QP that was never
 configured behaves as one configured with ``initial_psn = 1`` (the table resets to zero).
 
-Bitmap scheme. The W-bit vector is stored relative to cack: bit j is PSN cack + 1 + j, so the window
-``(cack, cack + W]`` is exactly the vector. Invariant: a bit is set iff its PSN was received. The arrival
-sets bit d - 1; when cack advances by n (the number of trailing ones, the index of the lowest zero from
-``~r & (r + 1)``), the vector shifts right by n: the received run leaves and n empty bits for the PSNs
-that enter the window come in at the top. One shifter per arrival (the same shift also gives the SACK
-fields their vector), no rotation on read or write. The ooo_count becomes ``ooo + 1 - n`` without a
-population count.
+Bitmap scheme. The W-bit vector is indexed by PSN modulo W: bit ``p mod W`` is PSN p for the one p in
+the window ``(cack, cack + W]`` with that residue. Invariant: a bit is set iff its PSN is in the window
+and was received (so the bit of cack + 1 is always clear between arrivals). An out-of-order arrival sets
+its bit; an in-order one (psn = cack + 1) moves cack to psn without touching the vector; then cack
+advances one PSN a cycle while the bit of cack + 1 is set, clearing it (the slot now stands for the PSN
+that enters the window at the top, not received). The ooo_count is +1 per out-of-order arrival and -1
+per advance step, without a population count. So the vector never shifts: a W-bit barrel shifter cost
+about 600 LUT4 at W = 64, and each bit is cleared once, so the steps cost on average one cycle per
+packet, however the arrivals are reordered. The SACK fields' 64 bits start at ``base``, a multiple of
+8: a rotation of the vector by ``base mod W`` (W / 8 choices) and, per bit, whether its PSN is in the
+window, at or below cack (1), or beyond the window (0).
 
-Timing. One operation at a time (no overlapping read-modify-writes, so no forwarding): an arrival takes
-5 cycles (accept + read, classify, update + write, SACK fields, verdict transfer) plus verdict
-backpressure; a configure takes 1 cycle (a plain write, no read). Configure has priority over arrival.
+Timing. One operation at a time (no overlapping read-modify-writes, so no forwarding): an arrival that
+changes the state takes 5 cycles (accept + read, classify + mark, advance + write, SACK fields, verdict
+transfer) plus one cycle per PSN that cack moves over received ones (an arrival that fills a hole
+below k out-of-order PSNs: k more), plus verdict backpressure; one that changes nothing (not NEW, or not
+MARK) takes 4. A configure takes 1 cycle (a plain write, no read). Configure has priority over arrival.
 """
 
 from amaranth import Cat, Const, Module, Mux, Signal, signed
@@ -159,7 +165,7 @@ class SackTracker(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         W = self.window
-        wb = bits_for(W)  # index bits
+        slot_bits = W.bit_length() - 1  # a PSN's bit is psn[:slot_bits] (psn mod W)
         ent = entry_layout(W)
 
         m.submodules.table = table = Memory(
@@ -170,19 +176,16 @@ class SackTracker(wiring.Component):
 
         cfg, arr, out = self.configure, self.arrival, self.verdict
         op = Signal(arrival_layout(self.qps))
-
-        # stage 1 -> 2 registers (classification)
         kind = Signal(Verdict)
-        old = Signal(ent)
-        r_set = Signal(W)  # bitmap (bit j <-> PSN old.cack + 1 + j), the arrival's bit set if NEW
-        d = Signal(PSN_BITS)
-        # stage 2 -> 3 registers (new state)
-        cack = Signal(PSN_BITS)
-        r_new = Signal(W)  # relative to the new cack
-        ooo = Signal(wb)
-        nbytes = Signal(32)
+        work = Signal(ent)  # the QP's state, updated in place from CLASSIFY to the write-back
+        in_order = Signal()  # a NEW MARK arrival at cack + 1
+        advanced = Signal()  # cack moved over at least one received PSN after it
         opened_hole = Signal()
-        advanced_run = Signal()
+
+        def one_hot(index):
+            return Cat(index == j for j in range(W))
+
+        counted = op.mode != ArrivalMode.PROBE
 
         with m.FSM():
             with m.State("IDLE"):
@@ -205,101 +208,114 @@ class SackTracker(wiring.Component):
             with m.State("CLASSIFY"):
                 e = rd.data
                 probe = op.mode == ArrivalMode.PROBE
-                psn = Mux(probe, e.cack + 1, op.psn)[:PSN_BITS]
+                psn = Signal(PSN_BITS)
+                m.d.comb += psn.eq(Mux(probe, e.cack + 1, op.psn))
                 m.d.sync += op.psn.eq(psn)  # a probe stands for cack + 1 from here on
                 dd = (psn - e.cack)[:PSN_BITS]
-                r = e.bitmap
                 in_window = (dd >= 1) & (dd <= W)
-                seen = (r >> (dd - 1)[:wb])[0]
+                seen = e.bitmap.bit_select(psn[:slot_bits], 1)
+                ahead = (psn - e.max_rcvd)[:PSN_BITS]
                 m.d.comb += rd.addr.eq(op.qp)  # hold the read
-                m.d.sync += [old.eq(e), d.eq(dd)]
-                with m.If(in_window & ~seen):
-                    bit = Mux(
-                        op.mode == ArrivalMode.MARK, Const(1, W) << (dd - 1)[:wb], 0
-                    )  # only MARK sets it
-                    m.d.sync += [kind.eq(Verdict.NEW), r_set.eq(r | bit)]
-                with m.Elif((dd == 0) | (dd >= HALF) | in_window):
-                    m.d.sync += [kind.eq(Verdict.DUPLICATE), r_set.eq(r)]
-                with m.Else():
-                    m.d.sync += [kind.eq(Verdict.OUT_OF_WINDOW), r_set.eq(r)]
-                m.next = "UPDATE"
-
-            with m.State("UPDATE"):
-                inc = Signal(W + 1)
-                m.d.comb += inc.eq(r_set + 1)
-                lowest_zero = ~Cat(r_set, 0) & inc  # one-hot, bit W if all ones
-                n = Signal(wb + 1)  # index of the lowest zero = trailing ones, one-hot to binary
-                for k in range(wb + 1):
-                    select = Const(sum(1 << i for i in range(W + 1) if i >> k & 1), W + 1)
-                    m.d.comb += n[k].eq((lowest_zero & select).any())
-                shifted = Signal(W)  # relative to the new cack
-                m.d.comb += shifted.eq(r_set >> n)
-                new = Signal(ent)
-                is_new = (kind == Verdict.NEW) & (op.mode == ArrivalMode.MARK)
-                ahead = (op.psn - old.max_rcvd)[:PSN_BITS]
-                m.d.comb += [
-                    new.bitmap.eq(shifted),
-                    new.cack.eq(old.cack + n),
-                    new.max_rcvd.eq(Mux((ahead >= 1) & (ahead < HALF), op.psn, old.max_rcvd)),
-                    new.ooo.eq(old.ooo + 1 - n),
-                    new.bytes.eq(old.bytes + op.length),
-                    wr.addr.eq(op.qp),
-                    wr.data.eq(new),
-                    wr.en.eq(is_new),
-                ]
-                with m.If(is_new):
-                    m.d.sync += [
-                        cack.eq(new.cack),
-                        r_new.eq(shifted),
-                        ooo.eq(new.ooo),
-                        nbytes.eq(new.bytes),
-                        opened_hole.eq((ahead >= 2) & (ahead < HALF)),
-                        advanced_run.eq((d == 1) & (n >= 2)),
-                    ]
-                with m.Else():
-                    m.d.sync += [
-                        cack.eq(old.cack),
-                        r_new.eq(r_set),
-                        ooo.eq(old.ooo),
-                        nbytes.eq(old.bytes),
-                        opened_hole.eq(0),
-                        advanced_run.eq(0),
-                    ]
-                counted = op.mode != ArrivalMode.PROBE
-                m.d.sync += [
-                    self.stat_duplicates.eq(self.stat_duplicates + (counted & (kind == Verdict.DUPLICATE))),
-                    self.stat_out_of_window.eq(
-                        self.stat_out_of_window + (counted & (kind == Verdict.OUT_OF_WINDOW))
-                    ),
-                    self.stat_out_of_order.eq(self.stat_out_of_order + (is_new & (d != 1))),
-                ]
+                m.d.sync += [work.eq(e), in_order.eq(0), advanced.eq(0), opened_hole.eq(0)]
                 m.next = "SACK"
+                with m.If(in_window & ~seen):
+                    m.d.sync += kind.eq(Verdict.NEW)
+                    with m.If(op.mode == ArrivalMode.MARK):  # only MARK changes the state
+                        m.d.sync += [
+                            work.bytes.eq(e.bytes + op.length),
+                            work.max_rcvd.eq(Mux((ahead >= 1) & (ahead < HALF), psn, e.max_rcvd)),
+                            opened_hole.eq((ahead >= 2) & (ahead < HALF)),
+                        ]
+                        with m.If(dd == 1):
+                            m.d.sync += [work.cack.eq(psn), in_order.eq(1)]
+                        with m.Else():
+                            m.d.sync += [
+                                work.bitmap.eq(e.bitmap | one_hot(psn[:slot_bits])),
+                                work.ooo.eq(e.ooo + 1),
+                                self.stat_out_of_order.eq(self.stat_out_of_order + 1),
+                            ]
+                        m.next = "ADVANCE"
+                with m.Elif((dd == 0) | (dd >= HALF) | in_window):
+                    m.d.sync += [
+                        kind.eq(Verdict.DUPLICATE),
+                        self.stat_duplicates.eq(self.stat_duplicates + counted),
+                    ]
+                with m.Else():
+                    m.d.sync += [
+                        kind.eq(Verdict.OUT_OF_WINDOW),
+                        self.stat_out_of_window.eq(self.stat_out_of_window + counted),
+                    ]
+
+            with m.State("ADVANCE"):
+                following = Signal(PSN_BITS)
+                m.d.comb += following.eq(work.cack + 1)
+                with m.If(work.bitmap.bit_select(following[:slot_bits], 1)):
+                    m.d.sync += [
+                        work.bitmap.eq(work.bitmap & ~one_hot(following[:slot_bits])),
+                        work.cack.eq(following),
+                        work.ooo.eq(work.ooo - 1),
+                        advanced.eq(1),
+                    ]
+                with m.Else():
+                    m.d.comb += [wr.addr.eq(op.qp), wr.data.eq(work), wr.en.eq(1)]
+                    m.next = "SACK"
 
             with m.State("SACK"):
+                cack = work.cack
                 x = (op.psn - BASE_BACK)[:PSN_BITS]
                 y = (cack + 1)[:PSN_BITS]
                 later = Mux((x - y)[:PSN_BITS] < HALF, x, y)
-                base = Cat(Const(0, 3), later[3:])
-                s = (base - cack - 1)[:PSN_BITS].as_signed()
-                u = s + 8  # >= 1 (base >= align8_down(cack + 1))
-                ext = Cat(Const(0xFF, 8), r_new, Const(0, BITMAP_BITS))
-                # a base near 2^23 ahead: bits whose PSN wraps to serially <= cack are 1 (§7.2 literally)
-                thr = HALF - 1 - s
-                ones = Const(2**BITMAP_BITS - 1, BITMAP_BITS)
-                far = (ones << Mux(thr < BITMAP_BITS, thr[:7], BITMAP_BITS))[:BITMAP_BITS]
+                base = Signal(PSN_BITS)
+                m.d.comb += base.eq(Cat(Const(0, 3), later[3:]))
+                # base - cack is in [-6, 2^23] (base >= align8_down(cack + 1), later <= cack + 2^23):
+                # at or below cack (the first bits are 1), in the window, or beyond it.
+                ahead_of_cack = Signal(PSN_BITS)
+                m.d.comb += ahead_of_cack.eq(base - cack)
+                # Named signals, not expressions: each is used per bit below, and an expression would be
+                # written out again at every use in the generated Verilog.
+                at_or_below, in_window = Signal(), Signal()
+                m.d.comb += [
+                    at_or_below.eq((ahead_of_cack == 0) | (ahead_of_cack >= PSN_MOD - 8)),
+                    in_window.eq((ahead_of_cack >= 1) & (ahead_of_cack <= W)),
+                ]
+                # bits i < edge: in the window (edge = W + 1 - (base - cack)); beyond it (2^23 - (base -
+                # cack): from there the PSN is 2^23 or more ahead, serially <= cack again), both <= 64
+                edge = Signal(range(BITMAP_BITS + 1))
+                edge_from = Mux(in_window, W + 1 - ahead_of_cack, HALF - ahead_of_cack)[:PSN_BITS]
+                m.d.comb += edge.eq(Mux(edge_from >= BITMAP_BITS, BITMAP_BITS, edge_from))
+                low_ones = Signal(3)  # at_or_below: bits 0 .. -(base - cack) are 1
+                m.d.comb += low_ones.eq(-ahead_of_cack)
+                # bit i of ``rotated``: the vector's bit of PSN base + i (a rotation by base mod W, in
+                # whole bytes: one 2:1 multiplexer level per bit of base[3:], W / 8 choices)
+                rotation = work.bitmap
+                for level in range(3, slot_bits):
+                    rotated_level = Signal(W, name=f"rotated_{level}")
+                    shifted = rotation.rotate_right(1 << level)
+                    m.d.comb += rotated_level.eq(Mux(base[level], shifted, rotation))
+                    rotation = rotated_level
+                rotated = rotation[:BITMAP_BITS]
+                bitmap = Signal(BITMAP_BITS)
+                for i in range(BITMAP_BITS):
+                    m.d.comb += bitmap[i].eq(
+                        Mux(
+                            at_or_below,
+                            rotated[i] | (i <= low_ones),
+                            Mux(in_window, rotated[i] & (i < edge), i >= edge),
+                        )
+                    )
                 p = out.payload
                 m.d.sync += [
                     p.qp.eq(op.qp),
                     p.psn.eq(op.psn),
                     p.kind.eq(kind),
                     p.cack.eq(cack),
-                    p.ooo_count.eq(ooo),
-                    p.rcvd_bytes.eq(nbytes[8:]),
+                    p.ooo_count.eq(work.ooo),
+                    p.rcvd_bytes.eq(work.bytes[8:]),
                     p.ack_psn_offset.eq(_serial_s16((op.psn - cack)[:PSN_BITS])),
-                    p.sack_offset.eq(_serial_s16((base - cack)[:PSN_BITS])),
-                    p.sack_bitmap.eq(Mux(u <= W + 8, (ext >> u[: bits_for(W + 9)])[:BITMAP_BITS], far)),
+                    p.sack_offset.eq(_serial_s16(ahead_of_cack)),
+                    p.sack_bitmap.eq(bitmap),
                     p.opened_hole.eq(opened_hole),
-                    p.advanced_run.eq(advanced_run),
+                    p.advanced_run.eq(in_order & advanced),
                 ]
                 m.next = "OUT"
 
