@@ -34,7 +34,7 @@ from mrcnic.toolchain import apply_tool_environment
 from .board_top import BOARDS, ETH_HZ, BoardTop, nic_setting
 from .nic_board import BOARD_NIC
 
-__all__ = ["RouteStallWatch", "build_board", "clock_domain", "main"]
+__all__ = ["RouteStallWatch", "RoutingStalled", "build_board", "clock_domain", "main"]
 
 # Iterations router2 may go without fewer overused wires before the build stops it. The ECPIX-5's
 # routes converged steadily (0 after 75 and 98 iterations); the ones that never did reached their
@@ -170,6 +170,13 @@ def _targets(spec, core_hz: float) -> dict:
     return targets
 
 
+class RoutingStalled(SystemExit):
+    """The build stopped because router2 no longer converged (exit status 1): another seed may route."""
+
+    def __init__(self):
+        super().__init__(1)
+
+
 def build_board(
     board: str,
     build_root: Path,
@@ -183,12 +190,44 @@ def build_board(
     route_patience: int = ROUTE_PATIENCE,
 ) -> dict:
     """Build ``board``; returns the report (also written as report.json). Raises SystemExit(1) on failure.
+    ``seed``: nextpnr's placement seed; None tries the board's ``seeds`` in order, the next one only when
+    routing stopped converging with the one before (the report's ``seeds_tried`` lists them).
     ``router``: nextpnr's (None: the board's); ``route_patience``: router2 iterations without progress
     before the build stops it (0: never)."""
+    seeds = list(BOARDS[board].seeds) if seed is None else [seed]
+    tried = []
+    for attempt in seeds:
+        try:
+            report = _build_with_seed(
+                board,
+                build_root,
+                attempt,
+                allow_timing_fail,
+                router,
+                placer,
+                nic,
+                core_hz,
+                route_patience,
+                tried,
+            )
+        except RoutingStalled:
+            tried.append({"seed": attempt, "error": "routing does not converge"})
+            if attempt == seeds[-1]:
+                raise
+            print(
+                f"\n{board}: seed {attempt} did not route; trying seed {seeds[len(tried)]}", file=sys.stderr
+            )
+        else:
+            return report
+    raise AssertionError("unreachable")
+
+
+def _build_with_seed(
+    board, build_root, seed, allow_timing_fail, router, placer, nic, core_hz, route_patience, tried
+) -> dict:
     apply_tool_environment()
     os.environ.setdefault("OPENFPGALOADER", "true")  # amaranth-boards names it; nothing is programmed
     spec = BOARDS[board]
-    seed = spec.seed if seed is None else seed
     router = spec.router if router is None else router
     top = BoardTop(board, nic=nic, core_hz=core_hz)
     platform = spec.platform()
@@ -205,6 +244,7 @@ def build_board(
         "max_frame": spec.max_frame,
         "nic": {**BOARD_NIC, **top.nic_params, "planes": spec.planes, "clock_hz": int(top.core_hz)},
         "seed": seed,
+        "seeds_tried": [*tried, {"seed": seed}],  # earlier seeds of this build and why they were left
         "placer": placer,
         "router": router,
     }
@@ -286,7 +326,7 @@ def build_board(
     print(json.dumps(report, indent=2))
     if error:
         print(f"\n{board}: build FAILED:\n  " + "\n  ".join(error), file=sys.stderr)
-        raise SystemExit(1)
+        raise RoutingStalled() if stalled else SystemExit(1)
     if failing:
         detail = ", ".join(
             f"{d} {report['clocks'][d]['achieved_mhz']} MHz < {report['clocks'][d]['target_mhz']} MHz"
@@ -307,7 +347,10 @@ def main(argv=None) -> None:
     parser.add_argument("board", choices=sorted(BOARDS))
     parser.add_argument("--build-dir", type=Path, default=Path("build/boards"))
     parser.add_argument(
-        "--seed", type=int, default=None, help="nextpnr placement seed (default: the board's documented one)"
+        "--seed",
+        type=int,
+        default=None,
+        help="nextpnr placement seed (default: the board's seeds in turn, the next when routing stalls)",
     )
     parser.add_argument(
         "--allow-timing-fail", action="store_true", help="keep a bitstream that misses timing"

@@ -4,6 +4,7 @@ through synthesis, and (``make test-slow``) a whole bitstream build with its rep
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import signal
 import subprocess
@@ -12,10 +13,12 @@ import threading
 
 import pytest
 
+from mrcnic.boards import build
 from mrcnic.boards.blocks import logic_cells, synthesise
 from mrcnic.boards.board_top import BOARDS, ETH_HZ, BoardTop, nic_setting
 from mrcnic.boards.build import (
     RouteStallWatch,
+    RoutingStalled,
     _log_utilisation,
     _watch_routing,
     build_board,
@@ -128,6 +131,50 @@ def test_a_stalled_route_stops_nextpnr(tmp_path):
             process.kill()
             process.wait()
     assert stop_processes("fake-nextpnr-ecp5") == 0  # nothing left to stop
+
+
+def _fake_builds(monkeypatch, outcomes):
+    """``_build_with_seed`` replaced: ``outcomes`` maps a seed to "stall", "fail" or "ok"; returns the seeds
+    asked for, in order."""
+    asked = []
+
+    def fake(board, build_root, seed, *args):
+        asked.append(seed)
+        tried = args[-1]
+        if outcomes[seed] == "stall":
+            raise RoutingStalled()
+        if outcomes[seed] == "fail":
+            raise SystemExit(1)
+        return {"board": board, "seed": seed, "seeds_tried": [*tried, {"seed": seed}]}
+
+    monkeypatch.setattr(build, "_build_with_seed", fake)
+    return asked
+
+
+def test_a_build_tries_the_boards_next_seed_only_when_routing_stalls(monkeypatch, tmp_path):
+    """Routing that stops converging with one seed may converge with another (the ECPIX-5 at one netlist:
+    seeds 2 and 3 stalled, 1 routed): a build tries the board's seeds in turn, and only for that failure."""
+    spec = BOARDS["ecpix5"]
+    monkeypatch.setitem(BOARDS, "ecpix5", dataclasses.replace(spec, seeds=(5, 6, 7)))
+    asked = _fake_builds(monkeypatch, {5: "stall", 6: "ok", 7: "ok"})
+    report = build_board("ecpix5", tmp_path)
+    assert asked == [5, 6] and report["seed"] == 6
+    assert report["seeds_tried"] == [{"seed": 5, "error": "routing does not converge"}, {"seed": 6}]
+    # every seed stalls: the last failure is the build's (exit status 1)
+    asked = _fake_builds(monkeypatch, {5: "stall", 6: "stall", 7: "stall"})
+    with pytest.raises(RoutingStalled) as stalled:
+        build_board("ecpix5", tmp_path)
+    assert asked == [5, 6, 7] and stalled.value.code == 1
+    # any other failure (does not fit, timing missed) is not retried
+    asked = _fake_builds(monkeypatch, {5: "fail", 6: "ok", 7: "ok"})
+    with pytest.raises(SystemExit) as failed:
+        build_board("ecpix5", tmp_path)
+    assert asked == [5] and failed.value.code == 1 and not isinstance(failed.value, RoutingStalled)
+    # a seed given is the only one tried
+    asked = _fake_builds(monkeypatch, {5: "ok", 6: "ok", 9: "stall"})
+    with pytest.raises(RoutingStalled):
+        build_board("ecpix5", tmp_path, seed=9)
+    assert asked == [9]
 
 
 def test_unknown_board_is_a_clear_error():
