@@ -359,7 +359,7 @@ def main(argv=None) -> None:
         "--router",
         choices=("router1", "router2"),
         default=None,
-        help="nextpnr's router (default: the board's; router2 but on the Versa ECP5)",
+        help="nextpnr's router (default: the board's; router1 on the Versa ECP5 and the ECPIX-5)",
     )
     # nextpnr's analytic "static" placer left the ECPIX-5 design 21 % less wire than "heap", its default
     # (docs/boards.md, "ECPIX-5").
