@@ -387,7 +387,7 @@ class RtlNic:
             if frame.opcode.is_write:
                 self.paths.on_data_frame(qp, frame.ev, now)
             else:
-                self.sacks.on_control(qp, frame, now)
+                self.sacks.on_control(qp, frame, now, plane)
         self.ports[plane].enqueue(frame, now)
 
 

@@ -156,7 +156,11 @@ class SackScoreboard:
         self.initial: dict[int, int] = {}  # qp -> the peer's first PSN
         self.received: dict[int, set[int]] = {}
         self.trimmed: dict[int, set[tuple[int, int]]] = {}
-        self.cack: dict[int, int] = {}  # qp -> highest cack checked so far
+        # (qp, plane) -> the cack of the last SACK out of that plane port. Each port sends its frames in
+        # the order they were made, but a SACK waiting behind another frame on one port can leave after a
+        # newer SACK on another (seen when a whole plane failed), so cack never goes back only per port.
+        self.cack: dict[tuple[int, int], int] = {}
+        self.initial_cack: dict[int, int] = {}  # qp -> cack before the first SACK
         # per (qp, plane): PSNs in arrival order; per qp: (psn, ev) -> (plane, index) of its first arrival
         self.order: dict[tuple[int, int], list[int]] = {}
         self.last: dict[int, dict[tuple[int, int], tuple[int, int]]] = {}
@@ -167,7 +171,9 @@ class SackScoreboard:
     def attach(self, qp: int, initial_psn: int) -> None:
         self.initial[qp] = initial_psn
         self.received[qp], self.trimmed[qp], self.last[qp] = set(), set(), {}
-        self.cack[qp] = (initial_psn - 1) % PSN_MOD
+        self.initial_cack[qp] = (initial_psn - 1) % PSN_MOD
+        for key in [k for k in self.cack if k[0] == qp]:
+            del self.cack[key]
 
     def on_arrival(self, qp: int, plane: int, frame, intact: bool) -> None:
         if qp not in self.received or not intact or not frame.opcode.is_write:
@@ -182,13 +188,13 @@ class SackScoreboard:
         self.last[qp].setdefault((psn, ev), (plane, len(order)))
         order.append(psn)
 
-    def on_control(self, qp: int, frame, now: int) -> None:
+    def on_control(self, qp: int, frame, now: int, plane: int = 0) -> None:
         if qp not in self.received:
             return
         if frame.opcode == wire.Opcode.SACK:
             seth = frame[wire.Seth]
             if not seth.pr:
-                self._sack(qp, seth, now)
+                self._sack(qp, seth, now, plane)
         elif frame.opcode == wire.Opcode.NACK:
             neth = frame[wire.Neth]
             if neth.nack_reason in (wire.NackReason.TRIMMED, wire.NackReason.TRIMMED_LASTHOP):
@@ -200,12 +206,13 @@ class SackScoreboard:
                         f"EV {neth.entropy:#x}, which never arrived trimmed"
                     )
 
-    def _sack(self, qp: int, seth, now: int) -> None:
+    def _sack(self, qp: int, seth, now: int, plane: int) -> None:
         self.sacks_checked += 1
-        received, cack, prev = self.received[qp], seth.cack_psn, self.cack[qp]
-        where = f"{self.name} {now} ps: QP {qp} SACK cack {cack}"
+        received, cack = self.received[qp], seth.cack_psn
+        prev = self.cack.get((qp, plane), self.initial_cack[qp])
+        where = f"{self.name} {now} ps: QP {qp} SACK cack {cack} (plane {plane})"
         if not _behind(prev, cack):
-            self.mismatches.append(f"{where}: cack went back from {prev}")
+            self.mismatches.append(f"{where}: cack went back from {prev} on the same port")
             return
         # Sound: every PSN it acknowledges arrived.
         missing = [p % PSN_MOD for p in range(prev + 1, prev + 1 + (cack - prev) % PSN_MOD)]
@@ -218,7 +225,7 @@ class SackScoreboard:
                 missing.append(p)
         if missing:
             self.mismatches.append(f"{where}: acknowledges PSNs never received {missing[:8]}")
-        self.cack[qp] = cack
+        self.cack[(qp, plane)] = cack
         # The base rule (§7.2), in unwrapped PSNs relative to cack.
         trigger_offset = seth.ack_psn_offset
         if sack_base(cack + trigger_offset, cack) - cack != seth.sack_offset:

@@ -153,6 +153,22 @@ def test_sacks_are_sound_and_complete():
     assert "never arrived" in sb2.mismatches[-1]
 
 
+def test_cack_never_goes_back_on_one_port_but_may_across_ports():
+    """A SACK waiting behind another frame on one plane port can leave after a newer one on another
+    (whole_plane_fails, SEED=2009355216): cack is checked per port."""
+    sb = SackScoreboard("nic")
+    sb.attach(0, 100)
+    plane_ev = [wire.make_ev(p, 0, p) for p in range(2)]
+    for psn in range(100, 106):
+        sb.on_arrival(0, psn % 2, _data(psn, plane_ev[psn % 2]), True)
+    got = set(range(100, 106))
+    sb.on_control(0, _sack(104, 104, plane_ev[0], got), 1, plane=1)
+    sb.on_control(0, _sack(102, 102, plane_ev[0], got), 2, plane=0)  # older, out of the other port
+    assert sb.mismatches == [] and sb.sacks_checked == 2
+    sb.on_control(0, _sack(101, 101, plane_ev[1], got), 3, plane=1)  # older than 104, the same port
+    assert len(sb.mismatches) == 1 and "cack went back from 104 on the same port" in sb.mismatches[0]
+
+
 def test_trimmed_nacks_name_a_trimmed_arrival():
     sb = SackScoreboard("nic")
     sb.attach(0, 100)
