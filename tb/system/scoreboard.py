@@ -10,7 +10,9 @@
   to it whole. Sound: each PSN it acknowledges (at or below ``cack``, or a set bitmap bit) was received.
   Complete: each packet that reached the same plane port before the SACK's trigger (so the RX pipeline
   processed it first) is acknowledged when the SACK can represent it. The base follows §7.2
-  (:func:`mrcnic.model.receiver.sack_base`). Every TRIMMED NACK names a trimmed arrival.
+  (:func:`mrcnic.model.receiver.sack_base`). Ordered: on each plane port, a SACK's cack is never behind
+  the one before it (across ports it may be: a SACK can wait behind another frame on its port). Every
+  TRIMMED NACK names a trimmed arrival.
 * :class:`ReceiveModel`: the reference model's receiver (:class:`mrcnic.model.receiver.Receiver`) takes
   the same delivered frames as the RTL NIC; at the end its placed data must be what the RTL wrote into
   host memory, byte for byte, and its counters (placed packets and bytes, duplicates, trims,
@@ -158,7 +160,7 @@ class SackScoreboard:
         self.trimmed: dict[int, set[tuple[int, int]]] = {}
         # (qp, plane) -> the cack of the last SACK out of that plane port. Each port sends its frames in
         # the order they were made, but a SACK waiting behind another frame on one port can leave after a
-        # newer SACK on another (seen when a whole plane failed), so cack never goes back only per port.
+        # newer SACK on another (seen when a whole plane failed): cack never goes back per port only.
         self.cack: dict[tuple[int, int], int] = {}
         self.initial_cack: dict[int, int] = {}  # qp -> cack before the first SACK
         # per (qp, plane): PSNs in arrival order; per qp: (psn, ev) -> (plane, index) of its first arrival
