@@ -195,36 +195,38 @@ def build_board(
     ``router``: nextpnr's (None: the board's); ``route_patience``: router2 iterations without progress
     before the build stops it (0: never)."""
     seeds = list(BOARDS[board].seeds) if seed is None else [seed]
-    tried = []
-    for attempt in seeds:
+    options = dict(
+        allow_timing_fail=allow_timing_fail,
+        router=router,
+        placer=placer,
+        nic=nic,
+        core_hz=core_hz,
+        route_patience=route_patience,
+    )
+    tried: list[dict] = []
+    for attempt, following in zip(seeds, seeds[1:], strict=False):
         try:
-            report = _build_with_seed(
-                board,
-                build_root,
-                attempt,
-                allow_timing_fail,
-                router,
-                placer,
-                nic,
-                core_hz,
-                route_patience,
-                tried,
-            )
+            return _build_with_seed(board, build_root, attempt, tried, **options)
         except RoutingStalled:
             tried.append({"seed": attempt, "error": "routing does not converge"})
-            if attempt == seeds[-1]:
-                raise
-            print(
-                f"\n{board}: seed {attempt} did not route; trying seed {seeds[len(tried)]}", file=sys.stderr
-            )
-        else:
-            return report
-    raise AssertionError("unreachable")
+            print(f"\n{board}: seed {attempt} did not route; trying seed {following}", file=sys.stderr)
+    return _build_with_seed(board, build_root, seeds[-1], tried, **options)
 
 
 def _build_with_seed(
-    board, build_root, seed, allow_timing_fail, router, placer, nic, core_hz, route_patience, tried
+    board: str,
+    build_root: Path,
+    seed: int,
+    tried: list[dict],
+    *,
+    allow_timing_fail: bool,
+    router: str | None,
+    placer: str,
+    nic: dict | None,
+    core_hz: float | None,
+    route_patience: int,
 ) -> dict:
+    """One build with one seed; ``tried``: the seeds this build tried before, for the report."""
     apply_tool_environment()
     os.environ.setdefault("OPENFPGALOADER", "true")  # amaranth-boards names it; nothing is programmed
     spec = BOARDS[board]

@@ -138,9 +138,8 @@ def _fake_builds(monkeypatch, outcomes):
     asked for, in order."""
     asked = []
 
-    def fake(board, build_root, seed, *args):
+    def fake(board, build_root, seed, tried, **options):
         asked.append(seed)
-        tried = args[-1]
         if outcomes[seed] == "stall":
             raise RoutingStalled()
         if outcomes[seed] == "fail":

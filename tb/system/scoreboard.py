@@ -158,11 +158,10 @@ class SackScoreboard:
         self.initial: dict[int, int] = {}  # qp -> the peer's first PSN
         self.received: dict[int, set[int]] = {}
         self.trimmed: dict[int, set[tuple[int, int]]] = {}
-        # (qp, plane) -> the cack of the last SACK out of that plane port. Each port sends its frames in
+        # qp -> {plane: the cack of the last SACK out of that plane port}. Each port sends its frames in
         # the order they were made, but a SACK waiting behind another frame on one port can leave after a
-        # newer SACK on another (seen when a whole plane failed): cack never goes back per port only.
-        self.cack: dict[tuple[int, int], int] = {}
-        self.initial_cack: dict[int, int] = {}  # qp -> cack before the first SACK
+        # newer SACK on another (seen when a whole plane failed), so cack is in order per port only.
+        self.cack: dict[int, dict[int, int]] = {}
         # per (qp, plane): PSNs in arrival order; per qp: (psn, ev) -> (plane, index) of its first arrival
         self.order: dict[tuple[int, int], list[int]] = {}
         self.last: dict[int, dict[tuple[int, int], tuple[int, int]]] = {}
@@ -173,9 +172,7 @@ class SackScoreboard:
     def attach(self, qp: int, initial_psn: int) -> None:
         self.initial[qp] = initial_psn
         self.received[qp], self.trimmed[qp], self.last[qp] = set(), set(), {}
-        self.initial_cack[qp] = (initial_psn - 1) % PSN_MOD
-        for key in [k for k in self.cack if k[0] == qp]:
-            del self.cack[key]
+        self.cack[qp] = {}
 
     def on_arrival(self, qp: int, plane: int, frame, intact: bool) -> None:
         if qp not in self.received or not intact or not frame.opcode.is_write:
@@ -211,7 +208,7 @@ class SackScoreboard:
     def _sack(self, qp: int, seth, now: int, plane: int) -> None:
         self.sacks_checked += 1
         received, cack = self.received[qp], seth.cack_psn
-        prev = self.cack.get((qp, plane), self.initial_cack[qp])
+        prev = self.cack[qp].get(plane, (self.initial[qp] - 1) % PSN_MOD)
         where = f"{self.name} {now} ps: QP {qp} SACK cack {cack} (plane {plane})"
         if not _behind(prev, cack):
             self.mismatches.append(f"{where}: cack went back from {prev} on the same port")
@@ -227,7 +224,7 @@ class SackScoreboard:
                 missing.append(p)
         if missing:
             self.mismatches.append(f"{where}: acknowledges PSNs never received {missing[:8]}")
-        self.cack[(qp, plane)] = cack
+        self.cack[qp][plane] = cack
         # The base rule (§7.2), in unwrapped PSNs relative to cack.
         trigger_offset = seth.ack_psn_offset
         if sack_base(cack + trigger_offset, cack) - cack != seth.sack_offset:
