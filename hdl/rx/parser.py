@@ -56,6 +56,7 @@ from mrcnic.wire.constants import (
 )
 
 from .. import headers as hdr
+from ..compare import above
 from ..stream import PacketStream
 
 __all__ = ["BUFFER_BYTES", "MAX_SRH_SEGMENT_BYTES", "HeaderParser", "ParseStatus", "ParsedHeaders"]
@@ -250,7 +251,7 @@ class HeaderParser(wiring.Component):
             with m.If(beat < beats):
                 m.d.sync += beat.eq(beat + 1)
             total = n + count
-            m.d.sync += n.eq(Mux(total > 0xFFFF, 0xFFFF, total))
+            m.d.sync += n.eq(Mux(above(total, 0xFFFF), 0xFFFF, total))
 
         # Where the beat to be written goes (see "Where the tail starts" above): ``index``, the tail row
         # its lanes from ``ip_at % W`` on belong to (the lanes ahead of that one: the row before), and

@@ -133,10 +133,17 @@ class RxPipeline(wiring.Component):
             data_width=w, planes=planes, port_addresses=self.destinations > 0
         )
         m.submodules.buffer = buffer = FrameBuffer(data_width=w, depth_frames=self.buffer_frames)
-        # Two 623-bit records, in flip-flops: the engine takes a frame every ~13 cycles, so depth 4 bought
-        # no line rate (bench-rx, 256 B and 4 KiB frames, 8 and 32 bytes a beat: the same cycle counts)
-        # and cost 400 more logic cells (its LUT RAM).
-        m.submodules.headers = headers = fifo.SyncFIFOBuffered(width=ParsedHeaders.as_shape().size, depth=2)
+        # The parsed records between the parser and the validator, in flip-flops. The engine takes a
+        # frame every ~13 cycles: up to 8 bytes a beat a header alone takes longer to arrive, so one
+        # record is enough (bench-rx: the same cycle counts at 8 bytes, 256 B and 4 KiB frames; about
+        # 540 flip-flops fewer). At 32 bytes a beat with 256 B frames the engine is the limit and one
+        # record cost 3.5 % (the parser holds the next record and takes no beat meanwhile), so wider
+        # paths keep two. Depth 4 bought nothing and cost 400 logic cells (docs/benchmarks.md).
+        header_records = 1 if w <= 8 else 2
+        header_fifo = fifo.SyncFIFO if header_records == 1 else fifo.SyncFIFOBuffered
+        m.submodules.headers = headers = header_fifo(
+            width=ParsedHeaders.as_shape().size, depth=header_records
+        )
         m.submodules.validator = validator = Validator(qps=qps, mrs=self.mrs, destinations=self.destinations)
         m.submodules.engine = engine = ReceiveEngine(
             qps=qps, window=self.window, destinations=self.destinations, clock_hz=self.clock_hz

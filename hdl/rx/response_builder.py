@@ -68,6 +68,7 @@ from amaranth.lib.wiring import In, Out
 from mrcnic.wire.constants import ETHERTYPE_IPV6, IPPROTO_IPV6, IPPROTO_UDP, Dscp, Ecn, Opcode
 
 from .. import headers as hdr
+from ..compare import above
 from ..stream import PacketStream
 from ..tables import small_table_attrs
 from ..tx.header_builder import tx_config_layout
@@ -329,7 +330,7 @@ class ResponseBuilder(wiring.Component):
             seth.sack_offset.eq(rec.seth.sack_offset),
             seth.sack_bitmap.eq(rec.seth.sack_bitmap),
             cc.tx_timestamp.eq(rec.cc.tx_timestamp),
-            cc.ooo_count.eq(Mux(rec.cc.ooo_count > OOO_COUNT_MAX, OOO_COUNT_MAX, rec.cc.ooo_count)),
+            cc.ooo_count.eq(Mux(above(rec.cc.ooo_count, OOO_COUNT_MAX), OOO_COUNT_MAX, rec.cc.ooo_count)),
             cc.rcvd_bytes.eq(rec.cc.rcvd_bytes),
             neth.nack_reason.eq(rec.neth.nack_reason),
             neth.entropy.eq(rec.ev),

@@ -69,6 +69,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..compare import at_least, at_most, below
 from ..tables import small_table_attrs
 from ..tx.layouts import bits_for
 
@@ -141,8 +142,9 @@ def entry_layout(window: int) -> data.StructLayout:
 
 def _serial_s16(value):
     """A 24-bit serial difference, read as signed and saturated to 16 bits."""
-    s = value.as_signed()
-    return Mux(s > 32767, 32767, Mux(s < -32768, -32768, s))
+    # Bit tests, not comparisons: past 16 bits the top 9 bits are not all equal to the sign.
+    sign, top = value[PSN_BITS - 1], value[15 : PSN_BITS - 1]
+    return Mux(~sign & top.any(), 32767, Mux(sign & ~top.all(), -32768, value[:16].as_signed()))
 
 
 class SackTracker(wiring.Component):
@@ -212,7 +214,7 @@ class SackTracker(wiring.Component):
                 m.d.comb += psn.eq(Mux(probe, e.cack + 1, op.psn))
                 m.d.sync += op.psn.eq(psn)  # a probe stands for cack + 1 from here on
                 dd = (psn - e.cack)[:PSN_BITS]
-                in_window = (dd >= 1) & (dd <= W)
+                in_window = dd.any() & at_most(dd, W)
                 seen = e.bitmap.bit_select(psn[:slot_bits], 1)
                 ahead = (psn - e.max_rcvd)[:PSN_BITS]
                 m.d.comb += rd.addr.eq(op.qp)  # hold the read
@@ -223,8 +225,8 @@ class SackTracker(wiring.Component):
                     with m.If(op.mode == ArrivalMode.MARK):  # only MARK changes the state
                         m.d.sync += [
                             work.bytes.eq(e.bytes + op.length),
-                            work.max_rcvd.eq(Mux((ahead >= 1) & (ahead < HALF), psn, e.max_rcvd)),
-                            opened_hole.eq((ahead >= 2) & (ahead < HALF)),
+                            work.max_rcvd.eq(Mux(ahead.any() & below(ahead, HALF), psn, e.max_rcvd)),
+                            opened_hole.eq(at_least(ahead, 2) & below(ahead, HALF)),
                         ]
                         with m.If(dd == 1):
                             m.d.sync += [work.cack.eq(psn), in_order.eq(1)]
@@ -235,7 +237,7 @@ class SackTracker(wiring.Component):
                                 self.stat_out_of_order.eq(self.stat_out_of_order + 1),
                             ]
                         m.next = "ADVANCE"
-                with m.Elif((dd == 0) | (dd >= HALF) | in_window):
+                with m.Elif((dd == 0) | at_least(dd, HALF) | in_window):
                     m.d.sync += [
                         kind.eq(Verdict.DUPLICATE),
                         self.stat_duplicates.eq(self.stat_duplicates + counted),
@@ -264,7 +266,7 @@ class SackTracker(wiring.Component):
                 cack = work.cack
                 x = (op.psn - BASE_BACK)[:PSN_BITS]
                 y = (cack + 1)[:PSN_BITS]
-                later = Mux((x - y)[:PSN_BITS] < HALF, x, y)
+                later = Mux(below((x - y)[:PSN_BITS], HALF), x, y)
                 base = Signal(PSN_BITS)
                 m.d.comb += base.eq(Cat(Const(0, 3), later[3:]))
                 # base - cack is in [-6, 2^23] (base >= align8_down(cack + 1), later <= cack + 2^23):
@@ -275,14 +277,14 @@ class SackTracker(wiring.Component):
                 # written out again at every use in the generated Verilog.
                 at_or_below, in_window = Signal(), Signal()
                 m.d.comb += [
-                    at_or_below.eq((ahead_of_cack == 0) | (ahead_of_cack >= PSN_MOD - 8)),
-                    in_window.eq((ahead_of_cack >= 1) & (ahead_of_cack <= W)),
+                    at_or_below.eq((ahead_of_cack == 0) | at_least(ahead_of_cack, PSN_MOD - 8)),
+                    in_window.eq(ahead_of_cack.any() & at_most(ahead_of_cack, W)),
                 ]
                 # bits i < edge: in the window (edge = W + 1 - (base - cack)); beyond it (2^23 - (base -
                 # cack): from there the PSN is 2^23 or more ahead, serially <= cack again), both <= 64
                 edge = Signal(range(BITMAP_BITS + 1))
                 edge_from = Mux(in_window, W + 1 - ahead_of_cack, HALF - ahead_of_cack)[:PSN_BITS]
-                m.d.comb += edge.eq(Mux(edge_from >= BITMAP_BITS, BITMAP_BITS, edge_from))
+                m.d.comb += edge.eq(Mux(at_least(edge_from, BITMAP_BITS), BITMAP_BITS, edge_from))
                 low_ones = Signal(3)  # at_or_below: bits 0 .. -(base - cack) are 1
                 m.d.comb += low_ones.eq(-ahead_of_cack)
                 # bit i of ``rotated``: the vector's bit of PSN base + i (a rotation by base mod W, in

@@ -36,6 +36,7 @@ REGIONS = [
     (1, 0x2001, PD, 1, (1 << 64) - 0x1000, 0x1000),  # reaches the top of the address space
     (2, 0x3002, PD + 1, 1, 0x40000, 0x1000),  # another protection domain
     (3, 0x4003, PD, 0, 0x50000, 0x1000),  # no remote write
+    (4, 0x5004, PD, 1, 1 << 32, 1 << 40),  # room past 2^16 bytes from most VAs
 ]
 
 
@@ -156,6 +157,10 @@ def cases():
     yield "VA below", write(va=0xFFFF), 1, 0, access
     yield "VA past end", write(va=0x10000 + 0x8000 - 99), 1, 0, access
     yield "2^64 overflow", write(rkey=0x2001, va=(1 << 64) - 99), 1, 0, access
+    yield "large region", write(rkey=0x5004, va=(1 << 32) + (1 << 39)), 1, 0, ok
+    yield "large region, end exactly", write(rkey=0x5004, va=(1 << 32) + (1 << 40) - 100), 1, 0, ok
+    yield "large region, past end", write(rkey=0x5004, va=(1 << 32) + (1 << 40) - 99), 1, 0, access
+    yield "large region, VA below", write(rkey=0x5004, va=(1 << 32) - 1), 1, 0, access
     trimmed = write(dscp=wire.Dscp.TRIMMED)
     yield "trimmed, no ICRC check", trimmed[: len(trimmed) - 104], 0, 0, ok
     endpoint = wire.control_frame(
