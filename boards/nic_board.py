@@ -89,7 +89,11 @@ class NicBoard(wiring.Component):
         phy_tx_clock_domain: str | None = None,
     ):
         self.planes, self.clock_hz, self.memory_size, self.baud = planes, int(clock_hz), memory_size, baud
-        self.nic_params = {**BOARD_NIC, **(nic or {})}
+        # The NIC reaches just the host memory: its addresses, descriptors and region checks are that
+        # wide (about 1,000 logic cells and 1,250 flip-flops fewer than 64 bits on the Colorlight's
+        # smallest NIC, docs/benchmarks.md); the AXI address is at least 12 bits.
+        memory_bits = max(12, (memory_size - 1).bit_length())
+        self.nic_params = {**BOARD_NIC, "addr_width": memory_bits, **(nic or {})}
         divisor = self.clock_hz // baud
         if not 4 <= divisor < 1 << DIVISOR_BITS:
             raise ValueError(f"{baud} baud at {clock_hz} Hz needs a divisor of {divisor}: must be 4..65535")
@@ -108,7 +112,7 @@ class NicBoard(wiring.Component):
             size=memory_size,
             data_width_bytes=self.nic_params["data_width"],
             id_width=ID_WIDTH + 1,
-            addr_width=64,
+            addr_width=self.nic_params["addr_width"],
             lite_addr_width=32,
         )
         self._bridge = UartBridge(reg_addr_width=16, mem_addr_width=32, timeout=uart_timeout)

@@ -103,7 +103,10 @@ class MrcNic(wiring.Component):
     EVs per QP and plane), ``window`` (PSNs), ``mrs`` (memory regions), ``destinations`` (route
     templates; 0 builds the NIC without SRv6: single-IPv6 frames only, docs/protocol.md §5.7),
     ``clock_hz`` (core clock: register defaults in cycles and the 128 ns tick follow it), ``lookahead``
-    (payload reads the TX header builder runs ahead, ``TxPipeline``'s).
+    (payload reads the TX header builder runs ahead, ``TxPipeline``'s), ``addr_width`` (host addresses:
+    ``m_axi``'s, and the local addresses in every descriptor; a board with on-chip host memory needs only
+    its size's bits. Nothing is cut short: the queue engine refuses buffers past ``2**addr_width`` and
+    the validator regions past it, docs/host-interface.md).
     """
 
     def __init__(
@@ -119,8 +122,10 @@ class MrcNic(wiring.Component):
         destinations: int = 4,
         clock_hz: float = 250e6,
         lookahead: int = 4,
+        addr_width: int = 64,
     ):
         self.data_width, self.planes, self.qps, self.ev_slots = data_width, planes, qps, ev_slots
+        self.addr_width = addr_width
         self.backups, self.window, self.mrs, self.destinations = backups, window, mrs, destinations
         self.clock_hz = clock_hz
         self.tick_cycles = max(1, round(clock_hz * 128e-9))
@@ -134,6 +139,7 @@ class MrcNic(wiring.Component):
             destinations=destinations,
             lookahead=lookahead,
             control_in=True,
+            addr_width=addr_width,
         )
         # The receive side's SACKs, NACKs and ACKs go out through the transmit pipeline, which appends
         # their ICRC with the one it has for data: one ICRC inserter, not two (docs/boards.md).
@@ -146,6 +152,7 @@ class MrcNic(wiring.Component):
             window=window,
             clock_hz=clock_hz,
             control_to_tx=True,
+            addr_width=addr_width,
         )
         self._tracker = TxTracker(qps=qps, window=window, ev_slots=ev_slots)
         self._prober = Prober(qps=qps, ev_slots=ev_slots, targets=self._tx._paths.targets)
@@ -163,7 +170,7 @@ class MrcNic(wiring.Component):
         members = {
             "s_axis": In(AxiStreamSignature(data_width)).array(planes),
             "m_axis": Out(AxiStreamSignature(data_width)).array(planes),
-            "m_axi": Out(Axi4Signature(addr_width=64, data_width_bytes=data_width)),
+            "m_axi": Out(Axi4Signature(addr_width=addr_width, data_width_bytes=data_width)),
             # -- host requests and configuration (the host interface of issue 7 will drive these)
             "work_request": In(tx_ports["work_request"].signature.flip()),
             "connect": In(stream.Signature(connect_layout(qps))),

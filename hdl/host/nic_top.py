@@ -74,6 +74,7 @@ class MrcNicTop(wiring.Component):
         destinations: int = 4,
         clock_hz: int = 250_000_000,
         lookahead: int = 4,
+        addr_width: int = 64,
     ):
         params = dict(
             data_width=data_width,
@@ -85,12 +86,13 @@ class MrcNicTop(wiring.Component):
             mrs=mrs,
             destinations=destinations,
             clock_hz=clock_hz,
+            addr_width=addr_width,
         )
         self.params = params
         self.caps = Capabilities(**{**params, "clock_hz": int(clock_hz)})
         # How far the TX header builder's payload reads run ahead: not a capability the host sees.
         self._core = MrcNic(**params, lookahead=lookahead)
-        self._engine = QueueEngine(qps=qps, data_width=data_width, id_width=ID_WIDTH)
+        self._engine = QueueEngine(qps=qps, data_width=data_width, addr_width=addr_width, id_width=ID_WIDTH)
         # The register file sees the core's and the engine's ports by name (the core's where both have
         # one: its streams are the tables' targets).
         self._board_counters = board = board_counter_shapes(planes)
@@ -100,13 +102,15 @@ class MrcNicTop(wiring.Component):
             **{name: Out(shape) for name, shape in board.items()},
         }
         self._regs = RegisterFile(nic_register_map(self.caps), wiring.Signature(bound))
-        self._arbiter = AxiArbiter(managers=2, addr_width=64, data_width_bytes=data_width, id_width=ID_WIDTH)
+        self._arbiter = AxiArbiter(
+            managers=2, addr_width=addr_width, data_width_bytes=data_width, id_width=ID_WIDTH
+        )
         core = self._core.signature.members
         super().__init__(
             {
                 "s_axil": In(AxiLiteSignature(addr_width=16)),
                 "m_axi": Out(
-                    Axi4Signature(addr_width=64, data_width_bytes=data_width, id_width=ID_WIDTH + 1)
+                    Axi4Signature(addr_width=addr_width, data_width_bytes=data_width, id_width=ID_WIDTH + 1)
                 ),
                 "s_axis": In(AxiStreamSignature(data_width)).array(planes),
                 "m_axis": Out(AxiStreamSignature(data_width)).array(planes),

@@ -13,6 +13,9 @@ Members (Q = ``qps``; every index and counter below is mod 2^16 unless it says o
   ``sq_base``, ``sq_size_log2`` (0: SQ off), ``sq_producer``, ``rq_producer``: per QP
   (``data.ArrayLayout(.., Q)``); ``cq_base``, ``cq_size_log2`` (0: no CQE is written), ``cq_consumer``.
   The low 6 bits of ``sq_base`` and the low 5 of ``cq_base`` are ignored (the rings are aligned).
+* ``addr_width``: host addresses the NIC reaches (``m_axi``'s). A WQE slot, a CQE slot or a payload
+  buffer that does not lie below ``2**addr_width`` is never accessed with its address cut short: the
+  access fails as an AXI error would (below), without a transaction.
 * Status out: ``sq_consumer`` (WQEs read), ``sq_completed`` (SEND CQEs written), ``rq_consumer`` (RECV_IMM
   CQEs written), ``qp_status`` ([0] QP in ERROR, [1] SQ stopped by a doorbell overrun), ``cq_producer``;
   the counters ``stat_host_<name>`` of ``HOST_COUNTERS`` (Out(32), wrapping).
@@ -42,7 +45,10 @@ Behaviour.
 
   - not connected, in ERROR, or stale: FLUSHED (the read error, if any, still counts in
     ``stat_host_dma_errors``: the WQE is not needed);
-  - the read returned an AXI error: LOCAL_DMA_ERROR, the QP goes to ERROR, ``stat_host_dma_errors`` + 1;
+  - the read returned an AXI error, or the WQE slot is beyond the reach (not read): LOCAL_DMA_ERROR, the
+    QP goes to ERROR, ``stat_host_dma_errors`` + 1;
+  - the payload buffer ``[local_addr, local_addr + length)`` is beyond the reach: LOCAL_DMA_ERROR, the
+    QP goes to ERROR, ``stat_host_dma_errors`` + 1;
   - opcode not WRITE / WRITE_IMM, length 0 or above 2^31: INVALID_WQE, the QP goes to ERROR,
     ``stat_host_invalid_wqes`` + 1;
   - else ``work_request`` {qp, kind, local_addr, remote_va, rkey, length, imm} and the WQE is *in flight*
@@ -75,7 +81,8 @@ Behaviour.
   ``cq_base + (cq_producer mod 2^n) * 32`` with phase ``1 ^ ((cq_producer >> n) & 1)``; when the write is
   done (its B response arrived), ``cq_producer`` + 1 and ``sq_completed[qp]`` (SEND) or ``rq_consumer[qp]``
   (RECV_IMM) + 1, and ``stat_host_cqes_written`` + 1, or ``stat_host_dma_errors`` + 1 if the write failed
-  (the CQE is lost; the indices still advance, so they stay consistent with each other).
+  or the slot is beyond the reach (not written; the CQE is lost; the indices still advance, so they stay
+  consistent with each other).
 * ``stat_host_flushed`` counts every FLUSHED CQE, when it is decided (before it is written).
 * Completion sources, one at a time into the CQE register: an ongoing multi-CQE job (ACK, NAK,
   send_error, stale flush) first, then parked WQEs ready to go, then stale flushes, then the ``send_error``
@@ -100,6 +107,7 @@ from mrcnic.regmap import HOST_COUNTERS
 from mrcnic.regmap.queues import CQE_BYTES, CQE_FIELDS, WQE_BYTES, WQE_FIELDS, CqeKind, CqeStatus, WqeOpcode
 from mrcnic.wire import AethSyndrome
 
+from ..compare import at_most
 from ..dma.axi import Axi4Signature
 from ..dma.reader import DmaReader
 from ..dma.writer import DmaWriter
@@ -197,7 +205,7 @@ class QueueEngine(wiring.Component):
             members[f"stat_host_{name}"] = Out(32)
         members.update(
             {
-                "work_request": Out(stream.Signature(work_request_layout(qps))),
+                "work_request": Out(stream.Signature(work_request_layout(qps, addr_width))),
                 "post_receive": Out(stream.Signature(data.StructLayout({"qp": qp_bits}))),
                 "connect": In(stream.Signature(connect_layout(qps))),
                 "ack": In(stream.Signature(ack_out_layout(qps))),
@@ -300,18 +308,22 @@ class QueueEngine(wiring.Component):
 
         f_qp = Signal(qp_bits)
         f_index = Signal(16)
-        f_addr = Signal(self.addr_width)
+        aw = self.addr_width
+        f_addr = Signal(aw)
         f_error = Signal()
+        f_unreachable = Signal()  # the WQE slot lies beyond 2^aw: not read, decided LOCAL_DMA_ERROR
         raw = Signal(8 * WQE_BYTES)  # the WQE, byte 0 in bits [7:0]
         decode = Signal()  # the decision cycle: it owns the per-QP state (not while connect does)
 
         ahead = Signal(16)
         ring = Signal(17)
         slot = Signal(16)
+        wqe_addr = Signal(aw + 1)  # the top bit: past 2^aw (64-byte slots: then the whole WQE is)
         m.d.comb += [
             ahead.eq(sq_producer[fq_pick] - a_sq_consumer[fq_pick]),
             ring.eq(Const(1, 17) << sq_size[fq_pick]),
             slot.eq(a_sq_consumer[fq_pick] & (ring - 1)),
+            wqe_addr.eq(Cat(Const(0, 6), sq_base[fq_pick][6:aw] + slot)),
         ]
 
         wr = self.work_request
@@ -322,6 +334,12 @@ class QueueEngine(wiring.Component):
         length = _wqe_field(raw, "length")
         bad_opcode = opcode > max(int(op) for op in WqeOpcode)
         bad_length = (length == 0) | (length > (1 << 31))
+        # The payload must lie below 2^aw: its reads are never cut short (a length above 2^31 is refused
+        # first, as INVALID_WQE).
+        local_addr = _wqe_field(raw, "local_addr")
+        payload_end = Signal(max(aw, 32) + 1)
+        m.d.comb += payload_end.eq(local_addr[:aw] + length)
+        payload_unreachable = local_addr[aw:].any() | ~at_most(payload_end, 1 << aw)
 
         with m.FSM(name="fetch"):
             with m.State("IDLE"):
@@ -334,18 +352,22 @@ class QueueEngine(wiring.Component):
                         m.d.sync += [
                             f_qp.eq(fq_pick),
                             f_index.eq(a_sq_consumer[fq_pick]),
-                            f_addr.eq(Cat(Const(0, 6), sq_base[fq_pick][6:] + slot)),
+                            f_addr.eq(wqe_addr[:aw]),
+                            f_unreachable.eq(wqe_addr[aw] | sq_base[fq_pick][aw:].any()),
                             a_sq_consumer[fq_pick].eq(a_sq_consumer[fq_pick] + 1),
                         ]
                         m.d.comb += count("wqes_fetched").eq(1)
                         m.next = "ISSUE"
             with m.State("ISSUE"):
+                with m.If(f_unreachable):
+                    m.d.sync += f_error.eq(1)
+                    m.next = "DECODE"
                 m.d.comb += [
-                    reader.cmd.valid.eq(1),
+                    reader.cmd.valid.eq(~f_unreachable),
                     reader.cmd.payload.addr.eq(f_addr),
                     reader.cmd.payload.length.eq(WQE_BYTES),
                 ]
-                with m.If(reader.cmd.ready):
+                with m.If(reader.cmd.ready & ~f_unreachable):
                     m.next = "READ"
             with m.State("READ"):
                 beat = reader.data.payload
@@ -372,9 +394,13 @@ class QueueEngine(wiring.Component):
                         m.d.comb += status.eq(CompletionStatus.LOCAL_DMA_ERROR)
                     with m.Elif(bad_opcode | bad_length):
                         m.d.comb += [status.eq(CompletionStatus.INVALID_WQE), count("invalid_wqes").eq(1)]
+                    with m.Elif(payload_unreachable):
+                        m.d.comb += status.eq(CompletionStatus.LOCAL_DMA_ERROR)
                     with m.Else():
                         m.d.comb += send.eq(1)
-                    m.d.comb += count("dma_errors").eq(f_error)
+                    m.d.comb += count("dma_errors").eq(
+                        f_error | (~flush & ~bad_opcode & ~bad_length & payload_unreachable)
+                    )
                     with m.If(send):
                         with m.If(a_inflight[f_qp] == 0):
                             m.d.sync += [
@@ -387,7 +413,7 @@ class QueueEngine(wiring.Component):
                             wr.valid.eq(1),
                             wr.payload.qp.eq(f_qp),
                             wr.payload.kind.eq(opcode[0]),
-                            wr.payload.local_addr.eq(_wqe_field(raw, "local_addr")),
+                            wr.payload.local_addr.eq(local_addr[:aw]),
                             wr.payload.remote_va.eq(_wqe_field(raw, "remote_va")),
                             wr.payload.rkey.eq(_wqe_field(raw, "rkey")),
                             wr.payload.length.eq(length),
@@ -572,6 +598,9 @@ class QueueEngine(wiring.Component):
             cq_used.eq(cq_producer - self.cq_consumer),
         ]
         w_addr = Signal(self.addr_width)
+        cqe_addr = Signal(
+            self.addr_width + 1
+        )  # the top bit: past 2^aw (32-byte slots: then the whole CQE is)
         w_phase = Signal()
         image = _pack(
             CQE_FIELDS,
@@ -589,6 +618,20 @@ class QueueEngine(wiring.Component):
         )
         beats = max(1, CQE_BYTES // W)
         w_beat = Signal(range(beats))
+
+        def written(error):
+            """The CQE is done (written, or failed): the indices advance either way."""
+            m.d.sync += [c_valid.eq(0), cq_producer.eq(cq_producer + 1)]
+            with m.If(c_kind == int(CqeKind.SEND)):
+                m.d.sync += a_sq_completed[c_qp].eq(a_sq_completed[c_qp] + 1)
+            with m.Else():
+                m.d.sync += a_rq_consumer[c_qp].eq(a_rq_consumer[c_qp] + 1)
+            with m.If(error):
+                m.d.comb += count("dma_errors").eq(1)
+            with m.Else():
+                m.d.comb += count("cqes_written").eq(1)
+            m.next = "IDLE"
+
         with m.FSM(name="cq_writer"):
             with m.State("IDLE"):
                 with m.If(c_valid & (cq_size != 0)):
@@ -596,12 +639,17 @@ class QueueEngine(wiring.Component):
                         m.d.comb += count("cq_full_stalls").eq(1)
                     with m.Else():
                         cq_slot = cq_producer & (cq_ring - 1)
+                        aw = self.addr_width
+                        m.d.comb += cqe_addr.eq(Cat(Const(0, 5), self.cq_base[5:aw] + cq_slot[:16]))
                         m.d.sync += [
-                            w_addr.eq(Cat(Const(0, 5), self.cq_base[5:] + cq_slot[:16])),
+                            w_addr.eq(cqe_addr[:aw]),
                             w_phase.eq(~(cq_producer >> cq_size)[0]),
                             w_beat.eq(0),
                         ]
-                        m.next = "CMD"
+                        with m.If(cqe_addr[aw] | self.cq_base[aw:].any()):
+                            written(error=True)  # beyond the reach: not written, as a failed write
+                        with m.Else():
+                            m.next = "CMD"
             with m.State("CMD"):
                 m.d.comb += [
                     writer.cmd.valid.eq(1),
@@ -628,16 +676,7 @@ class QueueEngine(wiring.Component):
             with m.State("DONE"):
                 m.d.comb += writer.done.ready.eq(1)
                 with m.If(writer.done.valid):
-                    m.d.sync += [c_valid.eq(0), cq_producer.eq(cq_producer + 1)]
-                    with m.If(c_kind == int(CqeKind.SEND)):
-                        m.d.sync += a_sq_completed[c_qp].eq(a_sq_completed[c_qp] + 1)
-                    with m.Else():
-                        m.d.sync += a_rq_consumer[c_qp].eq(a_rq_consumer[c_qp] + 1)
-                    with m.If(writer.done.payload.error):
-                        m.d.comb += count("dma_errors").eq(1)
-                    with m.Else():
-                        m.d.comb += count("cqes_written").eq(1)
-                    m.next = "IDLE"
+                    written(error=writer.done.payload.error)
 
         for name, strobes in events.items():
             counter = getattr(self, f"stat_host_{name}")

@@ -64,7 +64,8 @@ def rx_qp_configure_layout(qps: int, destinations: int) -> data.StructLayout:
 
 class RxPipeline(wiring.Component):
     """Parameters: ``data_width``, ``planes`` (1, 2, 4), ``qps``, ``mrs``, ``destinations``, ``window``,
-    ``buffer_frames`` (maximum frames the store-and-forward buffer holds), ``clock_hz``,
+    ``buffer_frames`` (maximum frames the store-and-forward buffer holds), ``clock_hz``, ``addr_width``
+    (host addresses, ``m_axi``'s: regions past ``2**addr_width`` are refused, see ``Validator``),
     ``control_to_tx`` (False: the control frames leave complete on ``m_axis[p]``; True: they leave
     without their ICRC on one stream, ``control`` (``{data, keep, last, plane}``), for the transmit
     pipeline to finish and send with its own ICRC inserter, as ``mrcnic.hdl.nic`` does)."""
@@ -81,8 +82,10 @@ class RxPipeline(wiring.Component):
         buffer_frames: int = 3,
         clock_hz: float = 250e6,
         control_to_tx: bool = False,
+        addr_width: int = 64,
     ):
         self.data_width, self.planes, self.qps, self.mrs = data_width, planes, qps, mrs
+        self.addr_width = addr_width
         self.control_to_tx = control_to_tx
         self.destinations, self.window, self.buffer_frames = destinations, window, buffer_frames
         self.clock_hz = clock_hz
@@ -95,7 +98,7 @@ class RxPipeline(wiring.Component):
                     if control_to_tx
                     else {"m_axis": Out(AxiStreamSignature(data_width)).array(planes)}
                 ),
-                "m_axi": Out(Axi4WriteSignature(addr_width=64, data_width_bytes=data_width)),
+                "m_axi": Out(Axi4WriteSignature(addr_width=addr_width, data_width_bytes=data_width)),
                 "qp_configure": In(stream.Signature(rx_qp_configure_layout(qps, destinations))),
                 "mr_configure": In(
                     stream.Signature(data.StructLayout({"index": bits_for(mrs), "entry": mr_entry_layout}))
@@ -144,11 +147,17 @@ class RxPipeline(wiring.Component):
         m.submodules.headers = headers = header_fifo(
             width=ParsedHeaders.as_shape().size, depth=header_records
         )
-        m.submodules.validator = validator = Validator(qps=qps, mrs=self.mrs, destinations=self.destinations)
-        m.submodules.engine = engine = ReceiveEngine(
-            qps=qps, window=self.window, destinations=self.destinations, clock_hz=self.clock_hz
+        m.submodules.validator = validator = Validator(
+            qps=qps, mrs=self.mrs, destinations=self.destinations, addr_width=self.addr_width
         )
-        m.submodules.writer = writer = DmaWriter(data_width=w)
+        m.submodules.engine = engine = ReceiveEngine(
+            qps=qps,
+            window=self.window,
+            destinations=self.destinations,
+            clock_hz=self.clock_hz,
+            addr_width=self.addr_width,
+        )
+        m.submodules.writer = writer = DmaWriter(data_width=w, addr_width=self.addr_width)
         m.submodules.builder = builder = ResponseBuilder(
             data_width=w,
             planes=planes,

@@ -86,8 +86,17 @@ class ReceiveEngine(wiring.Component):
     ``ack_interval_cycles`` (1 us), ``base_rtt_cycles`` (10 us), ``dscp_trimmed_lasthop``.
     """
 
-    def __init__(self, *, qps: int = 4, window: int = 256, destinations: int = 4, clock_hz: float = 250e6):
+    def __init__(
+        self,
+        *,
+        qps: int = 4,
+        window: int = 256,
+        destinations: int = 4,
+        clock_hz: float = 250e6,
+        addr_width: int = 64,
+    ):
         self.qps, self.window, self.destinations = qps, window, destinations
+        self.addr_width = addr_width
         us = round(clock_hz / 1e6)
         self._response = response_layout(qps, destinations)
         super().__init__(
@@ -96,7 +105,7 @@ class ReceiveEngine(wiring.Component):
                 "post_receive": In(stream.Signature(data.StructLayout({"qp": bits_for(qps)}))),
                 "verdict": In(stream.Signature(verdict_layout(qps, destinations))),
                 "release": Out(stream.Signature(ReleaseLayout)),
-                "dma_cmd": Out(stream.Signature(dma_write_command_layout())),
+                "dma_cmd": Out(stream.Signature(dma_write_command_layout(addr_width))),
                 "dma_done": In(stream.Signature(data.StructLayout({"error": 1}))),
                 "feedback": Out(stream.Signature(verdict_layout(qps, destinations))),
                 "response": Out(stream.Signature(self._response)),
@@ -406,7 +415,8 @@ class ReceiveEngine(wiring.Component):
             with m.State("DMA"):
                 m.d.comb += [
                     self.dma_cmd.valid.eq(place),
-                    self.dma_cmd.payload.addr.eq(w.reth.va),
+                    # the validator's region check keeps a placed VA below 2^addr_width
+                    self.dma_cmd.payload.addr.eq(w.reth.va[: self.addr_width]),
                     self.dma_cmd.payload.length.eq(h.payload_length),
                 ]
                 with m.If(~place | self.dma_cmd.ready):

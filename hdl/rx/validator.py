@@ -31,7 +31,7 @@ from amaranth.lib.wiring import In, Out
 
 from mrcnic.wire.constants import Opcode
 
-from ..compare import above
+from ..compare import above, at_most
 from ..tables import small_table_attrs
 from ..tx.layouts import bits_for
 from .completion_tracker import RxError
@@ -128,15 +128,18 @@ def verdict_layout(qps: int, destinations: int) -> data.StructLayout:
 
 class Validator(wiring.Component):
     """Parameters: ``qps``, ``mrs`` (memory regions), ``destinations`` (route-template index width of
-    the QP entries).
+    the QP entries), ``addr_width`` (host addresses: the DMA's reach, 12..64).
 
     Configuration: ``qp_configure`` ``{qp, entry}``, ``mr_configure`` ``{index, entry}`` (streams, one
-    cycle each). Row 3 (not for us) is the parser's ``for_us``: it compares the addresses with the GID
-    and the port addresses, so they need not travel in the record.
+    cycle each). A region that does not lie below ``2**addr_width`` (``base + length`` above it) is
+    stored invalid: every access to it fails row 10, so a VA the DMA cannot reach is never placed, and
+    the table keeps ``addr_width`` bits of base and length instead of 64. Row 3 (not for us) is the
+    parser's ``for_us``: it compares the addresses with the GID and the port addresses, so they need not
+    travel in the record.
     """
 
-    def __init__(self, *, qps: int = 4, mrs: int = 8, destinations: int = 4):
-        self.qps, self.mrs, self.destinations = qps, mrs, destinations
+    def __init__(self, *, qps: int = 4, mrs: int = 8, destinations: int = 4, addr_width: int = 64):
+        self.qps, self.mrs, self.destinations, self.addr_width = qps, mrs, destinations, addr_width
         self._verdict = verdict_layout(qps, destinations)
         super().__init__(
             {
@@ -170,7 +173,12 @@ class Validator(wiring.Component):
             init=[],
             attrs=small_table_attrs(self.qps),
         )
-        m.submodules.mr_table = mr_table = Memory(shape=mr_entry_layout, depth=self.mrs, init=[])
+        aw = self.addr_width
+        # Base and length on aw bits (a length of 2^aw: the whole reach, base 0).
+        region_layout = data.StructLayout(
+            {"valid": 1, "rkey": 32, "pd": 8, "remote_write": 1, "base": aw, "length": aw + 1}
+        )
+        m.submodules.mr_table = mr_table = Memory(shape=region_layout, depth=self.mrs, init=[])
         qp_wr, mr_wr = qp_table.write_port(), mr_table.write_port()
         qp_rd = qp_table.read_port(transparent_for=(qp_wr,))
         mr_rd = mr_table.read_port(transparent_for=(mr_wr,))
@@ -182,8 +190,15 @@ class Validator(wiring.Component):
             qp_wr.en.eq(self.qp_configure.valid),
             self.mr_configure.ready.eq(1),
             mr_wr.addr.eq(self.mr_configure.payload.index),
-            mr_wr.data.eq(self.mr_configure.payload.entry),
             mr_wr.en.eq(self.mr_configure.valid),
+        ]
+        region = self.mr_configure.payload.entry
+        region_end = Signal(aw + 2)
+        m.d.comb += region_end.eq(region.base[:aw] + region.length[: aw + 1])
+        within_reach = at_most(region_end, 1 << aw) & ~region.base[aw:].any() & ~region.length[aw + 1 :].any()
+        m.d.comb += [
+            *(mr_wr.data[name].eq(region[name]) for name in ("rkey", "pd", "remote_write", "base", "length")),
+            mr_wr.data.valid.eq(region.valid & within_reach),
         ]
 
         # -- stage 1: take the frame, read both tables ----------------------------------------------
@@ -250,20 +265,23 @@ class Validator(wiring.Component):
         )
         # Row 10: the region, from the VA's offset into it: at or above the base (the subtraction does
         # not borrow) and with room for the payload from there (base <= VA and VA + length <= base +
-        # region length, VA + length past 2^64 included). Two 65-bit subtractions and a 16-bit compare
-        # instead of two 65-bit sums and two 64/65-bit compares: about 60 carry cells fewer.
-        offset = Signal(65)  # bit 64: VA below the base
-        room = Signal(65)  # bytes from the VA to the region's end; bit 64: the VA is past the end
-        m.d.comb += [offset.eq(w.reth.va - mr.base), room.eq(mr.length - offset[:64])]
-        little_room = ~room[len(length) : 64].any()  # under 2^16 bytes: compare it with the length
+        # region length, VA + length past 2^64 included). Two subtractions and a 16-bit compare instead
+        # of two 65-bit sums and two 64/65-bit compares: about 60 carry cells fewer. A stored region
+        # lies below 2^aw, so a VA with bits above aw set is outside it.
+        offset = Signal(aw + 1)  # bit aw: VA below the base
+        room = Signal(aw + 2)  # bytes from the VA to the region's end; top bit: the VA is past the end
+        m.d.comb += [offset.eq(w.reth.va[:aw] - mr.base), room.eq(mr.length - offset[:aw])]
+        short = min(len(length), aw + 1)
+        little_room = ~room[short : aw + 1].any()  # under 2^16 bytes: compare it with the length
         bad_access = (
             ~mr.valid
             | (mr.rkey != w.reth.rkey)
             | (mr.pd != qp.pd)
             | ~mr.remote_write
-            | offset[64]
-            | room[64]
-            | (little_room & (room[: len(length)] < length))
+            | w.reth.va[aw:].any()
+            | offset[aw]
+            | room[aw + 1]
+            | (little_room & (room[:short] < length))
         )
 
         v = Signal(self._verdict)

@@ -64,12 +64,12 @@ def tx_config_layout(planes: int) -> data.StructLayout:
     )
 
 
-def job_layout(qps: int, ev_slots: int, planes: int) -> data.StructLayout:
+def job_layout(qps: int, ev_slots: int, planes: int, addr_width: int = 64) -> data.StructLayout:
     """A packet ready to build: its descriptor and the path chosen for it. The peer's identity is not
     in it: the builder looks it up by the descriptor's QP (``peer``) when the header is built."""
     return data.StructLayout(
         {
-            "descriptor": descriptor_layout(qps, ev_slots),
+            "descriptor": descriptor_layout(qps, ev_slots, addr_width),
             "ev": 32,
             "slot": bits_for(ev_slots),
             "plane": bits_for(planes),
@@ -84,8 +84,9 @@ peer_layout = data.StructLayout({"qpn": 24, "peer_qpn": 24, "peer_gid": 128})
 
 class HeaderBuilder(wiring.Component):
     """Parameters: ``data_width``, ``qps``, ``ev_slots``, ``planes``, ``lookahead`` (jobs parked while their
-    payload is read), ``srv6`` (False: a NIC built without SRv6, every header single-IPv6 whatever
-    ``config.srv6`` says; the job's ``outer_dst`` is not used). Members:
+    payload is read), ``addr_width`` (host addresses: the payload reads' reach), ``srv6`` (False: a NIC
+    built without SRv6, every header single-IPv6 whatever ``config.srv6`` says; the job's ``outer_dst``
+    is not used). Members:
 
     * ``job``: In, ``job_layout``.
     * ``peer_qp``: Out, the QP of the job whose header is built; ``peer``: In, ``peer_layout``, that QP's
@@ -103,10 +104,18 @@ class HeaderBuilder(wiring.Component):
     """
 
     def __init__(
-        self, *, data_width: int, qps: int, ev_slots: int, planes: int, lookahead: int = 4, srv6: bool = True
+        self,
+        *,
+        data_width: int,
+        qps: int,
+        ev_slots: int,
+        planes: int,
+        lookahead: int = 4,
+        srv6: bool = True,
+        addr_width: int = 64,
     ):
         self.data_width, self.planes, self.srv6 = data_width, planes, srv6
-        self._job_layout = job_layout(qps, ev_slots, planes)
+        self._job_layout = job_layout(qps, ev_slots, planes, addr_width)
         if lookahead < 1:  # a job waits in the queue while its payload is read
             self._MustUse__silence = True  # no "created but never used" warning for a rejected instance
             raise ValueError(f"lookahead must be at least 1, not {lookahead}")
@@ -118,7 +127,7 @@ class HeaderBuilder(wiring.Component):
                 "peer": In(peer_layout),
                 "config": In(tx_config_layout(planes)),
                 "now_ts": In(16),
-                "dma_cmd": Out(stream.Signature(data.StructLayout({"addr": 64, "length": 16}))),
+                "dma_cmd": Out(stream.Signature(data.StructLayout({"addr": addr_width, "length": 16}))),
                 "dma_data": In(stream.Signature(dma_data_layout(data_width))),
                 "packet": Out(PacketStream(data_width)),
                 "packet_plane": Out(

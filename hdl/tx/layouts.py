@@ -53,13 +53,15 @@ class FeedbackEvent(enum.Enum, shape=3):
     PROBE_OK_SKIP = 6  # k answered probes, the last with M = SKIP_ONCE: GOOD, skip 1
 
 
-def work_request_layout(qps: int) -> data.StructLayout:
-    """An RDMA WRITE / WRITE-with-immediate work request for one QP."""
+def work_request_layout(qps: int, addr_width: int = 64) -> data.StructLayout:
+    """An RDMA WRITE / WRITE-with-immediate work request for one QP. ``addr_width``: the host address width
+    (the NIC's DMA reach, ``MrcNic``'s parameter); the queue engine completes a WQE whose buffer lies
+    beyond it with an error, so its local address is never cut short here."""
     return data.StructLayout(
         {
             "qp": bits_for(qps),
             "kind": WriteKind,
-            "local_addr": 64,  # source of the payload in host memory
+            "local_addr": addr_width,  # source of the payload in host memory
             "remote_va": 64,  # destination VA of the first byte (RETH.va of the first packet)
             "rkey": 32,
             "length": 32,  # bytes, 1 .. 2^31
@@ -68,7 +70,7 @@ def work_request_layout(qps: int) -> data.StructLayout:
     )
 
 
-def descriptor_layout(qps: int, ev_slots: int) -> data.StructLayout:
+def descriptor_layout(qps: int, ev_slots: int, addr_width: int = 64) -> data.StructLayout:
     """One packet to build: everything the header builder and the payload DMA need except addressing."""
     return data.StructLayout(
         {
@@ -77,7 +79,7 @@ def descriptor_layout(qps: int, ev_slots: int) -> data.StructLayout:
             "psn": 24,
             "msn": 16,
             "rqmsn": 16,
-            "local_addr": 64,  # payload source of this packet
+            "local_addr": addr_width,  # payload source of this packet
             "va": 64,  # RETH.va of this packet = message VA + k * PMTU
             "rkey": 32,
             "dma_length": 32,  # message length, same in every packet

@@ -96,7 +96,8 @@ class TxPipeline(wiring.Component):
     plane FIFO holds, besides one control frame with ``control_in``),
     ``retry_cycles`` (wait before asking the path selector again when no EV was usable), ``lookahead``
     (packets whose payload read is issued while they wait for their header: ``HeaderBuilder``'s; 2 keeps
-    the queue in flip-flops instead of LUT RAM, enough for on-chip host memory), ``control_in`` (True:
+    the queue in flip-flops instead of LUT RAM, enough for on-chip host memory), ``addr_width`` (host
+    addresses, ``m_axi``'s: local addresses are that wide in every descriptor), ``control_in`` (True:
     ``control`` takes the receive side's control frames, without their ICRC, into this pipeline's ICRC
     inserter and plane FIFOs; see "Control frames" in the module docstring).
     """
@@ -115,8 +116,10 @@ class TxPipeline(wiring.Component):
         retry_cycles: int = 16,
         lookahead: int = 4,
         control_in: bool = False,
+        addr_width: int = 64,
     ):
         self.data_width, self.planes, self.qps = data_width, planes, qps
+        self.addr_width = addr_width
         self.control_in = control_in
         # A control frame's beats, its ICRC included (packed: it starts on lane 0).
         self.control_beats = -(-(MAX_CONTROL_FRAME_BYTES + 4) // data_width) if control_in else 0
@@ -132,7 +135,7 @@ class TxPipeline(wiring.Component):
         # (2 x 1,062 beats would take 4,096 at 4 bytes a beat), and the FIFO handles any depth.
         self.plane_fifo_depth = plane_fifo_packets * self.max_packet_beats + self.control_beats
         members = {
-            "work_request": In(stream.Signature(work_request_layout(qps))),
+            "work_request": In(stream.Signature(work_request_layout(qps, addr_width))),
             "retransmit": In(stream.Signature(retransmit_layout(qps, ev_slots))),
             "probe": In(stream.Signature(probe_request_layout(qps))),
             "sent": Out(stream.Signature(sent_layout(qps, ev_slots))),
@@ -164,7 +167,7 @@ class TxPipeline(wiring.Component):
             "plane_queue_beats": In(range(self.plane_fifo_depth + 1), init=self.plane_fifo_depth),
             "now_ts": In(16),
             "slot_free": Out(qps),
-            "m_axi": Out(Axi4ReadSignature(addr_width=64, data_width_bytes=data_width)),
+            "m_axi": Out(Axi4ReadSignature(addr_width=addr_width, data_width_bytes=data_width)),
             "m_axis": Out(AxiStreamSignature(data_width)).array(planes),
             "stat_packets": Out(32),
             "stat_probes": Out(32),
@@ -186,10 +189,13 @@ class TxPipeline(wiring.Component):
         w, planes, qps = self.data_width, self.planes, self.qps
         # Built without SRv6 (no route templates): every packet is single-IPv6, whatever the register says.
         srv6 = self.config.srv6 if self.srv6 else Const(0, 1)
-        m.submodules.segmenter = seg = Segmenter(qps=qps, ev_slots=self.ev_slots)
-        m.submodules.scheduler = sch = QpScheduler(qps=qps, ev_slots=self.ev_slots)
+        aw = self.addr_width
+        m.submodules.segmenter = seg = Segmenter(qps=qps, ev_slots=self.ev_slots, addr_width=aw)
+        m.submodules.scheduler = sch = QpScheduler(qps=qps, ev_slots=self.ev_slots, addr_width=aw)
         m.submodules.paths = paths = self._paths
-        m.submodules.retransmitter = rtx = Retransmitter(qps=qps, window=self.window, ev_slots=self.ev_slots)
+        m.submodules.retransmitter = rtx = Retransmitter(
+            qps=qps, window=self.window, ev_slots=self.ev_slots, addr_width=aw
+        )
         if self.srv6:
             m.submodules.router = router = SourceRouter(destinations=self.destinations)
         m.submodules.builder = builder = HeaderBuilder(
@@ -199,8 +205,9 @@ class TxPipeline(wiring.Component):
             planes=planes,
             srv6=self.srv6,
             lookahead=self.lookahead,
+            addr_width=aw,
         )
-        m.submodules.dma = dma = DmaReader(data_width=w)
+        m.submodules.dma = dma = DmaReader(data_width=w, addr_width=aw)
         m.submodules.packer = packer = StreamPacker(w)
         m.submodules.icrc = icrc = IcrcInserter(data_width=w)
         m.submodules.demux = demux = PlaneDemux(
@@ -289,7 +296,7 @@ class TxPipeline(wiring.Component):
         # -- path stage: descriptor -> EV slot -> peer context -> outer destination -> job
         # A probe goes first (it is neither window- nor cwnd-limited, §7.8) and skips the path selector:
         # it must go out on the EV it probes.
-        job = Signal(job_layout(qps, self.ev_slots, planes))
+        job = Signal(job_layout(qps, self.ev_slots, planes, aw))
         retry = Signal(range(self.retry_cycles + 1))
         desc = sch.descriptor.payload
         probe = self.probe.payload

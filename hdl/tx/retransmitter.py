@@ -36,11 +36,11 @@ __all__ = ["Retransmitter"]
 
 
 class Retransmitter(wiring.Component):
-    def __init__(self, *, qps: int, window: int, ev_slots: int):
+    def __init__(self, *, qps: int, window: int, ev_slots: int, addr_width: int = 64):
         if window & (window - 1):
             raise ValueError(f"window must be a power of two, not {window}")
-        self.qps, self.window, self.ev_slots = qps, window, ev_slots
-        layout = descriptor_layout(qps, ev_slots)
+        self.qps, self.window, self.ev_slots, self.addr_width = qps, window, ev_slots, addr_width
+        layout = descriptor_layout(qps, ev_slots, addr_width)
         super().__init__(
             {
                 "store": In(stream.Signature(layout)),
@@ -53,7 +53,7 @@ class Retransmitter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         index_bits = (self.window - 1).bit_length()
-        layout = descriptor_layout(self.qps, self.ev_slots)
+        layout = descriptor_layout(self.qps, self.ev_slots, self.addr_width)
         m.submodules.descriptors = table = Memory(shape=layout, depth=self.qps * self.window, init=[])
         wr = table.write_port()
         rd = table.read_port(domain="sync")

@@ -34,9 +34,9 @@ class QpScheduler(wiring.Component):
     * ``descriptor``: Out, the packets in the order they are to be sent.
     """
 
-    def __init__(self, *, qps: int, ev_slots: int = 16):
+    def __init__(self, *, qps: int, ev_slots: int = 16, addr_width: int = 64):
         self.qps = qps
-        layout = descriptor_layout(qps, ev_slots)
+        layout = descriptor_layout(qps, ev_slots, addr_width)
         super().__init__(
             {
                 "retransmit": In(stream.Signature(layout)),

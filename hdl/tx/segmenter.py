@@ -43,17 +43,17 @@ class Segmenter(wiring.Component):
       (taken while their QP was in ERROR, or abandoned in progress when it went there).
     """
 
-    def __init__(self, *, qps: int, ev_slots: int = 16):
-        self.qps, self.ev_slots = qps, ev_slots
+    def __init__(self, *, qps: int, ev_slots: int = 16, addr_width: int = 64):
+        self.qps, self.ev_slots, self.addr_width = qps, ev_slots, addr_width
         qp_bits = bits_for(qps)
         super().__init__(
             {
-                "work_request": In(stream.Signature(work_request_layout(qps))),
+                "work_request": In(stream.Signature(work_request_layout(qps, addr_width))),
                 "slot_free": Out(qps),
                 "has_data": Out(qps),
                 "next_psn": Out(data.ArrayLayout(24, qps)),
                 "next_packet": In(stream.Signature(data.StructLayout({"qp": qp_bits}))),
-                "descriptor": Out(stream.Signature(descriptor_layout(qps, ev_slots))),
+                "descriptor": Out(stream.Signature(descriptor_layout(qps, ev_slots, addr_width))),
                 "configure": In(
                     stream.Signature(data.StructLayout({"qp": qp_bits, "psn": 24, "msn": 16, "rqmsn": 16}))
                 ),
@@ -67,7 +67,7 @@ class Segmenter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         qps = self.qps
-        wr_layout = work_request_layout(qps)
+        wr_layout = work_request_layout(qps, self.addr_width)
 
         # Work request in progress per QP, with the message's sequence numbers and the bytes sent so far.
         slot_layout = data.StructLayout({"wr": wr_layout, "offset": 32, "msn": 16, "rqmsn": 16})

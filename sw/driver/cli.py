@@ -57,7 +57,8 @@ async def _info(nic: Nic, args) -> None:
         f"build       {caps.planes} planes, {caps.qps} QPs, {caps.ev_slots} EV slots + {caps.backups} "
         f"backups per plane, window {caps.window}, {caps.mrs} MRs, "
         f"{f'{caps.destinations} routes' if caps.srv6 else 'no SRv6'}, "
-        f"{8 * caps.data_width}-bit data path at {caps.clock_hz / 1e6:g} MHz"
+        f"{8 * caps.data_width}-bit data path at {caps.clock_hz / 1e6:g} MHz, "
+        f"{caps.addr_width}-bit host addresses"
     )
     print(
         "ports       "

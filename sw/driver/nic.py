@@ -171,7 +171,7 @@ class Registers:
             raise DriverError("the device has no NIC_ID block of layout version 1")
         default = nic_register_map(Capabilities())["nic_id"]
         names = ("MAGIC", "DATA_WIDTH", "PLANES", "QPS", "EV_SLOTS", "BACKUPS", "WINDOW", "MRS")
-        names += ("DESTINATIONS", "CLOCK_HZ")
+        names += ("DESTINATIONS", "CLOCK_HZ", "ADDR_WIDTH")
         first = min(default.offsets[n] for n in names)
         words = await t.read_block(ident + first, (max(default.offsets[n] for n in names) - first) // 4 + 1)
         ident_reg = {n: words[(default.offsets[n] - first) // 4] for n in names}
@@ -187,6 +187,7 @@ class Registers:
             mrs=ident_reg["MRS"],
             destinations=ident_reg["DESTINATIONS"],
             clock_hz=ident_reg["CLOCK_HZ"],
+            addr_width=ident_reg["ADDR_WIDTH"],
             host_queues=(BlockType.COMPLETION_QUEUE, 0) in self.bases,
         )
         self.map = nic_register_map(caps)
@@ -398,6 +399,7 @@ class Qp:
         ):
             if not 0 <= value < 1 << bits:
                 raise InvalidParameter(f"{name} {value:#x} is not a {bits}-bit value")
+        self.nic.check_reach(local_addr, length, "the source buffer")
         if self.outstanding >= self.sq_depth:
             raise QueueFull(f"QP {self.index}: send queue full ({self.sq_depth} WQEs outstanding)")
         index = self.sq_producer & 0xFFFF
@@ -440,6 +442,7 @@ class Nic:
             raise DriverError(
                 "this device has no host queues (a core-only build): the driver cannot post work"
             )
+        self.check_reach(self.t.memory_base, self.t.memory_size, "the host memory window (its queues)")
         self.memory = HostMemoryAllocator(self.t.memory_base, self.t.memory_size)
         self.cq_log2 = _log2_depth(cq_depth, "completion queue")
         self.cq_address = self.memory.allocate(CQE_BYTES << self.cq_log2)
@@ -548,6 +551,7 @@ class Nic:
         """Let the peer write ``[address, address + length)``; returns the region and its R_Key."""
         if length <= 0 or address < 0 or address + length > 1 << 64:
             raise InvalidParameter(f"memory region [{address:#x}, +{length}) is empty or outside 64 bits")
+        self.check_reach(address, length, "the memory region")
         free = [i for i in range(self.caps.mrs) if i not in self.mrs]
         if not free:
             raise DriverError(f"all {self.caps.mrs} memory-region entries are in use")
@@ -576,6 +580,16 @@ class Nic:
             {"INDEX": mr.index, "VALID": 0, "RKEY": 0, "PD": 0, "REMOTE_WRITE": 0, "BASE": 0, "LENGTH": 0},
         )
         self.mrs.pop(mr.index, None)
+
+    def check_reach(self, address: int, length: int, what: str) -> None:
+        """Refuse ``[address, address + length)`` past the NIC's reach (ADDR_WIDTH). The NIC would refuse it
+        too (LOCAL_DMA_ERROR, an invalid region), never cut the address short; this says why at once."""
+        reach = 1 << self.caps.addr_width
+        if address + length > reach:
+            raise InvalidParameter(
+                f"{what} [{address:#x}, +{length:#x}) lies past this NIC's reach: ADDR_WIDTH is "
+                f"{self.caps.addr_width}, so host addresses must be below {reach:#x}"
+            )
 
     async def create_qp(self, *, sq_depth: int = 64) -> Qp:
         free = [i for i in range(self.caps.qps) if i not in self.qps]

@@ -54,6 +54,7 @@ class Capabilities:
     mrs: int = 8
     destinations: int = 4  # route templates; 0: built without SRv6 (single-IPv6 frames only)
     clock_hz: int = 250_000_000
+    addr_width: int = 64  # host addresses the NIC reaches (its DMA): a board's on-chip memory needs fewer
     # The work queues in host memory (QP_QUEUES, COMPLETION_QUEUE blocks and the host counters). The
     # gateware's register file is built without them until its queue engine exists (issue 7, in progress).
     host_queues: bool = True
@@ -353,6 +354,12 @@ def nic_register_map(c: Capabilities | None = None) -> RegisterMap:
                 ),
                 R("CLOCK_HZ", "core clock frequency", access=RO, reset=c.clock_hz),
                 R("NOW", "free-running core cycle counter", access=RO, binding="now"),
+                R(
+                    "ADDR_WIDTH",
+                    "host address bits the NIC reaches: buffers, queues and regions must lie below 2^n",
+                    access=RO,
+                    reset=c.addr_width,
+                ),
             ],
             info=1,  # register map layout version 1
         )

@@ -116,6 +116,30 @@ def test_a_nic_without_srv6_refuses_routes_and_stays_single_ipv6():
     asyncio.run(body())
 
 
+def test_addresses_past_the_nics_reach_are_refused_before_the_device_sees_them():
+    """A NIC built with ADDR_WIDTH 16 (a board with 64 KiB of on-chip host memory): the driver reads the
+    width and refuses a host memory window, a memory region or a source buffer past 2^16, naming the
+    width; within it everything works as usual."""
+    caps = Capabilities(planes=2, qps=2, ev_slots=8, backups=1, mrs=4, destinations=0, addr_width=16)
+
+    async def body():
+        with pytest.raises(driver.InvalidParameter, match="ADDR_WIDTH is 16"):
+            await driver.open(ModelCluster(2, caps=caps).devices[0], cq_depth=16)  # 16 MiB of memory
+        cluster = ModelCluster(2, caps=caps, memory_size=0x8000)  # [0x1000, 0x9000)
+        a = await driver.open(cluster.devices[0], cq_depth=16)
+        b = await driver.open(cluster.devices[1], cq_depth=16)
+        assert a.caps.addr_width == 16
+        with pytest.raises(driver.InvalidParameter, match="memory region .* ADDR_WIDTH is 16"):
+            await b.register_memory(0xF000, 0x1001)
+        region = await b.register_memory(0xF000, 0x1000)  # ends exactly at 2^16
+        qa, _ = await connect_cabled(a, b, seed=2)
+        with pytest.raises(driver.InvalidParameter, match="source buffer .* ADDR_WIDTH is 16"):
+            await qa.post_write(0xFFF0, region.address, region.rkey, 0x11)
+        assert qa.outstanding == 0
+
+    asyncio.run(body())
+
+
 class BlockCounting(driver.Transport):
     """A reference-model NIC whose register traffic is recorded as block transfers: what one UART bridge
     frame carries, so the list is the number of frames a board would exchange."""

@@ -179,11 +179,11 @@ class QpModel:
     posts: int = 0  # post_receive records seen
 
 
-def valid_wqe(rng, *, length=None, opcode=None) -> Wqe:
+def valid_wqe(rng, *, length=None, opcode=None, local_addr=None) -> Wqe:
     return Wqe(
         opcode=rng.choice(list(WqeOpcode)) if opcode is None else opcode,
         length=rng.randint(1, 1 << 31) if length is None else length,
-        local_addr=rng.getrandbits(64),
+        local_addr=rng.getrandbits(64) if local_addr is None else local_addr,
         remote_va=rng.getrandbits(64),
         rkey=rng.getrandbits(32),
         imm=rng.getrandbits(32),
@@ -195,10 +195,12 @@ class Bench:
     """The engine, its memory, the host's CQ poller and the core's ``work_request`` / ``post_receive``
     takers; a scenario (one testbench) drives the rest through the helpers below."""
 
-    def __init__(self, seed, *, qps=4, data_width=8, cq_log2=3, pause=0.3, wr_stall=0.3, poll_stall=0.3):
+    def __init__(
+        self, seed, *, qps=4, data_width=8, cq_log2=3, pause=0.3, wr_stall=0.3, poll_stall=0.3, addr_width=64
+    ):
         self.rng = random.Random(seed)
         self.qps = qps
-        self.dut = QueueEngine(qps=qps, data_width=data_width)
+        self.dut = QueueEngine(qps=qps, data_width=data_width, addr_width=addr_width)
         self.mem = AxiMemory(self.dut.m_axi, data_width, self.rng, pause=pause)
         self.mem.on_aw = self._on_aw
         self.cq_base = 0x7F00_0000_0000 + self.rng.randrange(1 << 16) * CQE_BYTES
@@ -207,6 +209,7 @@ class Bench:
         self.observed: list[tuple[int, bytes | None]] = []  # (ring position, raw CQE or None if lost)
         self.cq_writes = 0  # CQE write bursts seen (their ring positions, in order)
         self.lost: set[int] = set()  # ring positions whose write failed
+        self.unreachable: set[int] = set()  # ring positions past the address width: no write at all
         self.poll_pause = False
         self.poll_stall, self.wr_stall = poll_stall, wr_stall
         self.qp = [QpModel() for _ in range(qps)]
@@ -219,6 +222,8 @@ class Bench:
         size = 1 << self.cq_log2
         if not self.cq_base // self.mem.width * self.mem.width <= addr < self.cq_base + size * CQE_BYTES:
             raise AssertionError(f"write at {addr:#x} outside the CQ")
+        while self.cq_writes in self.unreachable:
+            self.cq_writes += 1
         n = self.cq_writes
         want = self.cq_base + (n % size) * CQE_BYTES
         assert addr == want // self.mem.width * self.mem.width, f"CQE {n} written at {addr:#x}"
@@ -230,7 +235,8 @@ class Bench:
     async def poller(self, ctx):
         dut = self.dut
         async for _, _, producer in ctx.tick().sample(dut.cq_producer):
-            assert producer <= self.mem.b_count, "cq_producer ahead of the B responses"
+            skipped = sum(1 for pos in self.unreachable if pos < producer)  # advanced without a write
+            assert producer <= self.mem.b_count + skipped, "cq_producer ahead of the B responses"
             if self.poll_pause or self.rng.random() < self.poll_stall:
                 continue
             pos = self.consumer
@@ -305,10 +311,12 @@ class Bench:
         ctx.set(self.dut.cq_base, self.cq_base)
         ctx.set(self.dut.cq_size_log2, self.cq_log2)
 
-    async def setup_sq(self, ctx, q, log2):
+    async def setup_sq(self, ctx, q, log2, base=None):
         """As the driver does: SQ off, base, producer = consumer, SQ on."""
         model, dut = self.qp[q], self.dut
-        model.base = 0x1_0000_0000 * (q + 1) + self.rng.randrange(1 << 12) * WQE_BYTES
+        model.base = (
+            0x1_0000_0000 * (q + 1) + self.rng.randrange(1 << 12) * WQE_BYTES if base is None else base
+        )
         model.log2 = log2
         ctx.set(dut.sq_size_log2[q], 0)
         await ctx.tick()
@@ -656,6 +664,71 @@ def test_nak_send_error_invalid_dma_error():
 
     bench.run(scenario, "queue_engine_errors")
     bench.check_cqes(lost_owner=(q, SEND))
+
+
+def test_addresses_beyond_the_reach_fail_without_an_access():
+    """An engine built with ``addr_width`` = 20 (a board's on-chip host memory): a payload buffer that ends
+    exactly at 2^20 is sent (its address in 20 bits); one at or past 2^20, or crossing it, completes
+    LOCAL_DMA_ERROR without a work request; an SQ slot past 2^20 completes LOCAL_DMA_ERROR without a read;
+    a CQE whose slot is past 2^20 is not written (lost, counted). No address is ever cut short: every read
+    and write is one the test expects."""
+    aw = 20
+    reach = 1 << aw
+    bench = Bench(new_seed(), qps=2, cq_log2=3, addr_width=aw)
+    rng, dut = bench.rng, bench.dut
+    bench.cq_base = reach - 7 * CQE_BYTES  # slot 7 of the ring lies past 2^20
+    bench.unreachable = bench.lost = {pos for pos in range(64) if pos % 8 == 7}
+
+    async def scenario(ctx):
+        await bench.setup_cq(ctx)
+
+        # QP 1: an SQ whose base has bits above 2^20: its WQE is not read. CQE position 0.
+        await bench.setup_sq(ctx, 1, 2, base=(1 << 32) + 0x8000)
+        await bench.connect(ctx, 1, 5)
+        [index] = await bench.post(ctx, 1, [valid_wqe(rng)], send=False)
+        bench.expect(1, index, S.LOCAL_DMA_ERROR)
+        await bench.drain(ctx, "QP 1")
+        assert ctx.get(dut.qp_status[1]) == 1 and not bench.mem.read_bursts
+
+        # QP 0: payloads at the edge of the reach. CQE positions 1-7 (7 lies past 2^20: lost).
+        await bench.setup_sq(ctx, 0, 3, base=0x4_0000)
+        model = bench.qp[0]
+        await bench.connect(ctx, 0, 1)
+        await bench.post(ctx, 0, [valid_wqe(rng, local_addr=reach - 0x100, length=0x100)])
+        await bench.wait_until(ctx, lambda: model.sent == 1, "the WQE ending at 2^20")
+        await bench.ack(ctx, 0, 1)
+        edges = (
+            (reach, 1),
+            (reach - 0x100, 0x101),
+            (reach - 1, 2),
+            (3 * reach, 8),
+            (1 << 40, 16),
+            ((1 << 64) - 16, 16),
+        )
+        for local_addr, length in edges:
+            await bench.connect(ctx, 0, rng.getrandbits(16))
+            [index] = await bench.post(
+                ctx, 0, [valid_wqe(rng, local_addr=local_addr, length=length)], send=False
+            )
+            bench.expect(0, index, S.LOCAL_DMA_ERROR)
+            await bench.wait_until(ctx, lambda: ctx.get(dut.qp_status[0]) == 1, f"ERROR ({local_addr:#x})")
+        await bench.drain(ctx, "QP 0")
+        assert model.sent == 1
+        assert [addr for addr, _ in bench.mem.read_bursts] == [0x4_0000 + k * WQE_BYTES for k in range(7)]
+
+        assert ctx.get(dut.cq_producer) == 8 and bench.mem.aw_count == 7
+        assert bench.counters(ctx) == {
+            "wqes_fetched": 8,
+            "cqes_written": 7,
+            "doorbell_overruns": 0,
+            "invalid_wqes": 0,
+            "flushed": 0,
+            "cq_full_stalls": 0,
+            "dma_errors": 6 + 1 + 1,
+        }
+
+    bench.run(scenario, "queue_engine_reach")
+    bench.check_cqes(lost_owner=(0, SEND))
 
 
 def test_not_connected_overrun_restart_and_reconnect():

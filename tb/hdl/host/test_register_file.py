@@ -144,7 +144,10 @@ def test_walk_registers_and_counters():
         assert await bus.write(ident.address("PLANES"), 9) == OKAY
         assert await bus.read(ident.address("PLANES")) == CAPS.planes
         # A hole inside the map reads 0; beyond the map: DECERR.
-        assert await bus.read(ident.base + 0x3C) == 0
+        port0 = regmap["port0"]
+        assert port0.base + port0.size < regmap["port1"].base  # the port block ends before the next one
+        assert await bus.read(port0.base + port0.size) == 0
+        assert await bus.read(ident.address("ADDR_WIDTH")) == CAPS.addr_width
         assert await bus.read(regmap.size, want_resp=DECERR) == 0
         assert await bus.write(regmap.size + 4, 1) == DECERR
 

@@ -8,6 +8,7 @@ Random stalls on the streams; the seed is printed (``VALIDATOR_SEED=<seed>`` rer
 import os
 import random
 
+import pytest
 from amaranth import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -37,7 +38,10 @@ REGIONS = [
     (2, 0x3002, PD + 1, 1, 0x40000, 0x1000),  # another protection domain
     (3, 0x4003, PD, 0, 0x50000, 0x1000),  # no remote write
     (4, 0x5004, PD, 1, 1 << 32, 1 << 40),  # room past 2^16 bytes from most VAs
+    (5, 0x6005, PD, 1, (1 << 20) - 0x1000, 0x1000),  # ends exactly at 2^20
+    (6, 0x7006, PD, 1, (1 << 20) - 0x1000, 0x1001),  # one byte past 2^20
 ]
+NARROW = 20  # the address width of the narrow build (test_validator_verdicts_and_feedback_records)
 
 
 def new_seed() -> int:
@@ -49,7 +53,7 @@ def new_seed() -> int:
 class Chain(wiring.Component):
     """Parser -> validator (ICRC and oversize flags from the test) -> verdicts; feedback decoder."""
 
-    def __init__(self, dests=DESTS):
+    def __init__(self, dests=DESTS, addr_width=64):
         super().__init__(
             {
                 "i": In(PacketStream(W)),
@@ -60,7 +64,7 @@ class Chain(wiring.Component):
             }
         )
         self.parser = HeaderParser(data_width=W, planes=PLANES, port_addresses=dests > 0)
-        self.validator = Validator(qps=QPS, mrs=MRS, destinations=dests)
+        self.validator = Validator(qps=QPS, mrs=MRS, destinations=dests, addr_width=addr_width)
         self.decoder = FeedbackDecoder(qps=QPS, destinations=dests)
 
     def elaborate(self, platform):
@@ -118,11 +122,18 @@ def control(opcode, headers, *, q=1, plane=0):
     ).encode()
 
 
-def cases():
-    """(name, frame bytes, flags, qp_error, expected (action, drop, error))."""
+def cases(addr_width=64):
+    """(name, frame bytes, flags, qp_error, expected (action, drop, error)) for a validator built with
+    ``addr_width``: a region that does not lie below 2^addr_width is refused (every access to it fails)."""
     ok = (Action.WRITE, Drop.NONE, RxError.NONE)
     inval = (Action.WRITE, Drop.NONE, RxError.INVALID_REQUEST)
     access = (Action.WRITE, Drop.NONE, RxError.REMOTE_ACCESS)
+    reach = 1 << addr_width
+
+    def ok_if_below_reach(index):
+        _, _, _, _, base, length = REGIONS[index]
+        return ok if base + length <= reach else access
+
     OP = wire.Opcode
     yield "good only", write(), 1, 0, ok
     yield "good first", write(op=OP.WRITE_FIRST, length=PMTU, dma=3 * PMTU), 1, 0, ok
@@ -130,7 +141,7 @@ def cases():
     yield "good last", write(op=OP.WRITE_LAST_IMM, length=1, dma=2 * PMTU + 1), 1, 0, ok
     yield "good single IPv6", write(addressing=forward(1, srv6=False)), 1, 0, ok
     yield "region end exactly", write(va=0x10000 + 0x8000 - 100), 1, 0, ok
-    yield "top of memory", write(rkey=0x2001, va=(1 << 64) - 100), 1, 0, ok
+    yield "top of memory", write(rkey=0x2001, va=(1 << 64) - 100), 1, 0, ok_if_below_reach(1)
     yield "bad ICRC", write(), 0, 0, (Action.DROP, Drop.BAD_ICRC, RxError.NONE)
     yield "oversize", write(), 1 | 2, 0, (Action.DROP, Drop.MALFORMED, RxError.NONE)
     yield "malformed", write()[:-1], 1, 0, (Action.DROP, Drop.MALFORMED, RxError.NONE)
@@ -157,8 +168,17 @@ def cases():
     yield "VA below", write(va=0xFFFF), 1, 0, access
     yield "VA past end", write(va=0x10000 + 0x8000 - 99), 1, 0, access
     yield "2^64 overflow", write(rkey=0x2001, va=(1 << 64) - 99), 1, 0, access
-    yield "large region", write(rkey=0x5004, va=(1 << 32) + (1 << 39)), 1, 0, ok
-    yield "large region, end exactly", write(rkey=0x5004, va=(1 << 32) + (1 << 40) - 100), 1, 0, ok
+    yield "large region", write(rkey=0x5004, va=(1 << 32) + (1 << 39)), 1, 0, ok_if_below_reach(4)
+    yield (
+        "large region, end exactly",
+        write(rkey=0x5004, va=(1 << 32) + (1 << 40) - 100),
+        1,
+        0,
+        ok_if_below_reach(4),
+    )
+    yield "region ending at 2^20", write(rkey=0x6005, va=(1 << 20) - 100), 1, 0, ok
+    yield "region past 2^20", write(rkey=0x7006, va=(1 << 20) - 0x1000), 1, 0, ok_if_below_reach(6)
+    yield "VA above the region, same low bits", write(va=(1 << 32) + 0x10010), 1, 0, access
     yield "large region, past end", write(rkey=0x5004, va=(1 << 32) + (1 << 40) - 99), 1, 0, access
     yield "large region, VA below", write(rkey=0x5004, va=(1 << 32) - 1), 1, 0, access
     trimmed = write(dscp=wire.Dscp.TRIMMED)
@@ -215,10 +235,11 @@ def _beats(raw, rng):
         }
 
 
-def test_validator_verdicts_and_feedback_records():
+@pytest.mark.parametrize("addr_width", [64, NARROW])
+def test_validator_verdicts_and_feedback_records(addr_width):
     rng = random.Random(new_seed())
-    dut = Chain()
-    items = list(cases())
+    dut = Chain(addr_width=addr_width)
+    items = list(cases(addr_width))
     fb = feedback_frames()
     frames = [(raw, flags, qp_error) for _, raw, flags, qp_error, _ in items] + [(raw, 1, 0) for raw, _ in fb]
     verdicts, records = [], []
