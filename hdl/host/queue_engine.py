@@ -133,6 +133,8 @@ class CompletionStatus(enum.Enum, shape=8):
 
 
 _WQE = {name: (offset, size) for name, offset, size in WQE_FIELDS}
+# The WQE bytes the engine reads (wr_id and flags are the host's): only these are kept, 29 of 64.
+_WQE_READ = ("opcode", "length", "local_addr", "remote_va", "rkey", "imm")
 
 
 def _wqe_field(raw, name: str):
@@ -312,7 +314,8 @@ class QueueEngine(wiring.Component):
         f_addr = Signal(aw)
         f_error = Signal()
         f_unreachable = Signal()  # the WQE slot lies beyond 2^aw: not read, decided LOCAL_DMA_ERROR
-        raw = Signal(8 * WQE_BYTES)  # the WQE, byte 0 in bits [7:0]
+        raw = Signal(8 * WQE_BYTES)  # the WQE, byte 0 in bits [7:0]; only the bytes of _WQE_READ are kept
+        r_beat = Signal(range(max(1, WQE_BYTES // W)))  # the beat of the WQE being read (W <= 64)
         decode = Signal()  # the decision cycle: it owns the per-QP state (not while connect does)
 
         ahead = Signal(16)
@@ -373,14 +376,21 @@ class QueueEngine(wiring.Component):
                 beat = reader.data.payload
                 m.d.comb += reader.data.ready.eq(1)
                 with m.If(reader.data.valid):
-                    if W <= WQE_BYTES:  # 64 / W beats, in address order: shift each in from the top
-                        m.d.sync += raw.eq(Cat(raw[8 * W :], beat.data))
+                    if W <= WQE_BYTES:  # 64 / W beats, in address order: each byte read is stored in place
+                        m.d.sync += r_beat.eq(r_beat + 1)
+                        for name in _WQE_READ:
+                            offset, size = _WQE[name]
+                            for byte in range(offset, offset + size):
+                                with m.If(r_beat == byte // W):
+                                    m.d.sync += raw.word_select(byte, 8).eq(
+                                        beat.data.word_select(byte % W, 8)
+                                    )
                     else:  # one beat holding the WQE in lanes 0..63 or 64..127
                         m.d.sync += raw.eq(
                             Mux(beat.keep[0], beat.data[: 8 * WQE_BYTES], beat.data[8 * WQE_BYTES :])
                         )
                     with m.If(beat.last):
-                        m.d.sync += f_error.eq(beat.error)
+                        m.d.sync += [f_error.eq(beat.error), r_beat.eq(0)]
                         m.next = "DECODE"
             with m.State("DECODE"):
                 with m.If(~conn.valid):

@@ -11,13 +11,18 @@ largest size after all claims, and whether the beats waiting for it (in its FIFO
 and no plane builds a deep queue inside the NIC. The limit matters for loss inference: packets are
 stamped when they are built, so the time a packet waits here shifts its send time against packets on
 other planes, and the time rule (docs/protocol.md §7.7) tolerates only ``reorder_slack`` of that.
+
+A FIFO entry is a beat with its ``keep`` as a byte count (the stream's beats are full except a packet's
+last, whose bytes start at lane 0: :mod:`mrcnic.hdl.stream`), so an entry of W bytes is 8W + log2(W) + 2
+bits instead of 9W + 1: at 4 bytes a beat 36 bits, one DP16KD's width in its 512 x 36 mode instead of
+two; at 8 bytes 69 instead of 73, two instead of three (docs/benchmarks.md).
 """
 
-from amaranth import Array, Const, Module, Signal
+from amaranth import Array, Cat, Const, Module, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..stream import PacketLayout, PacketStream
+from ..stream import PacketStream
 from .header_builder import PLANE_BEATS_BITS
 from .layouts import bits_for
 
@@ -66,16 +71,27 @@ class PlaneDemux(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         w, planes = self.data_width, self.planes
+        entry = data.StructLayout({"data": 8 * w, "bytes": range(w + 1), "last": 1})
+        beat = self.i.payload
+        # The byte count of a contiguous keep from lane 0: the lane where keep falls from 1 to 0, plus one
+        # (one-hot edges OR-ed per bit of the count, no adder).
+        edges = [beat.keep[lane] & ~(beat.keep[lane + 1] if lane + 1 < w else 0) for lane in range(w)]
+        count = Signal(range(w + 1))
+        for bit in range(len(count)):
+            m.d.comb += count[bit].eq(Cat(e for lane, e in enumerate(edges) if (lane + 1) >> bit & 1).any())
         queues = []
         for p in range(planes):
-            q = fifo.SyncFIFOBuffered(width=PacketLayout(w).size, depth=self.fifo_depth)
+            q = fifo.SyncFIFOBuffered(width=entry.size, depth=self.fifo_depth)
             m.submodules[f"plane{p}"] = q
             queues.append(q)
+            head = data.View(entry, q.r_data)
             m.d.comb += [
-                self.o[p].payload.eq(q.r_data),
+                self.o[p].payload.data.eq(head.data),
+                self.o[p].payload.keep.eq(((Const(1, w + 1) << head.bytes) - 1)[:w]),
+                self.o[p].payload.last.eq(head.last),
                 self.o[p].valid.eq(q.r_rdy),
                 q.r_en.eq(self.o[p].ready),
-                q.w_data.eq(self.i.payload),
+                q.w_data.eq(Cat(beat.data, count, beat.last)),
             ]
 
         # Room claimed for packets chosen for a plane that are not yet completely in its FIFO. (While a
