@@ -267,7 +267,9 @@ class ModelDevice(Transport):
             regions = self.endpoint.regions
             for rkey in [k for k in regions if k & 0xFF == f["INDEX"]]:
                 del regions[rkey]
-            if f["VALID"] and f["REMOTE_WRITE"]:
+            # A region past the NIC's reach is stored invalid, as the gateware does (docs/protocol.md §7.9).
+            within_reach = f["BASE"] + f["LENGTH"] <= 1 << self.caps.addr_width
+            if f["VALID"] and f["REMOTE_WRITE"] and within_reach:
                 self.endpoint.register(f["RKEY"], _HostRegion(self, f["BASE"], f["LENGTH"]))
         # route: kept in the registers; the model addresses packets from the fabric's topology
 
@@ -338,6 +340,10 @@ class ModelDevice(Transport):
         elif wqe.opcode not in (WqeOpcode.WRITE, WqeOpcode.WRITE_IMM) or not 1 <= wqe.length <= 1 << 31:
             status = CqeStatus.INVALID_WQE
             self.host_counts["invalid_wqes"] += 1
+            q.error = True
+        elif wqe.local_addr + wqe.length > 1 << self.caps.addr_width:
+            status = CqeStatus.LOCAL_DMA_ERROR  # past the NIC's reach: not read (docs/host-interface.md)
+            self.host_counts["dma_errors"] += 1
             q.error = True
         else:
             imm = wqe.imm if wqe.opcode == WqeOpcode.WRITE_IMM else None

@@ -13,7 +13,7 @@ import pytest
 from mrcnic import driver
 from mrcnic.driver.fabric_setup import connect_cabled
 from mrcnic.driver.model_backend import ModelCluster
-from mrcnic.regmap import Capabilities
+from mrcnic.regmap import Capabilities, CqeStatus
 from mrcnic.wire import RouteTemplate
 
 from . import scenarios
@@ -136,6 +136,12 @@ def test_addresses_past_the_nics_reach_are_refused_before_the_device_sees_them()
         with pytest.raises(driver.InvalidParameter, match="source buffer .* ADDR_WIDTH is 16"):
             await qa.post_write(0xFFF0, region.address, region.rkey, 0x11)
         assert qa.outstanding == 0
+        # The device refuses it too (the reference model as the gateware): past the driver's check, the
+        # WQE completes LOCAL_DMA_ERROR and the QP goes to ERROR.
+        a.check_reach = lambda *_: None
+        await qa.post_write(0xFFF0, region.address, region.rkey, 0x11, wr_id="past")
+        [done] = await a.wait_completions(1)
+        assert (done.status, done.wr_id) == (CqeStatus.LOCAL_DMA_ERROR, "past")
 
     asyncio.run(body())
 
