@@ -32,7 +32,7 @@ from mrcnic.hdl.host.host_memory import YOSYS_UNDEFINED_COLLISIONS
 from mrcnic.toolchain import apply_tool_environment
 
 from .board_top import BOARDS, ETH_HZ, BoardTop, nic_setting
-from .nic_board import BOARD_NIC
+from .nic_board import board_nic_parameters
 
 __all__ = ["RouteStallWatch", "RoutingStalled", "build_board", "clock_domain", "main"]
 
@@ -244,7 +244,11 @@ def _build_with_seed(
         "planes": spec.planes,
         "memory_bytes": spec.memory_size,
         "max_frame": spec.max_frame,
-        "nic": {**BOARD_NIC, **top.nic_params, "planes": spec.planes, "clock_hz": int(top.core_hz)},
+        "nic": {
+            **board_nic_parameters(spec.memory_size, top.nic_params),
+            "planes": spec.planes,
+            "clock_hz": int(top.core_hz),
+        },
         "seed": seed,
         "seeds_tried": [*tried, {"seed": seed}],  # earlier seeds of this build and why they were left
         "placer": placer,

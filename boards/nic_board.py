@@ -56,13 +56,22 @@ from mrcnic.hdl.host.uart_bridge import UartBridge
 from mrcnic.regmap import HOST_LINK_COUNTERS
 from mrcnic.regmap import MAC_COUNTERS as REGISTER_MAC_COUNTERS
 
-__all__ = ["BOARD_NIC", "NicBoard"]
+__all__ = ["BOARD_NIC", "NicBoard", "board_nic_parameters"]
 
 # The NIC configuration of the boards: 1 Gb/s planes need little of the core (8 bytes per beat at the
 # core clock is several times the line rate), so the tables are sized for the small ECP5s. Two payload
 # reads ahead hide the on-chip host memory's few cycles, and keep the parked jobs (about 500 bits each)
 # in flip-flops: four took 123 LUT-RAM blocks, 738 logic cells (docs/boards.md).
 BOARD_NIC = dict(data_width=8, qps=2, ev_slots=8, backups=1, window=64, mrs=4, destinations=2, lookahead=2)
+
+
+def board_nic_parameters(memory_size: int, nic: dict | None = None) -> dict:
+    """The ``MrcNicTop`` parameters of a board with ``memory_size`` bytes of host memory: :data:`BOARD_NIC`,
+    then ``addr_width``, then ``nic``'s overrides. The NIC reaches just the host memory: its addresses,
+    descriptors and region checks are that wide (about 1,000 logic cells and 1,250 flip-flops fewer than
+    64 bits on the Colorlight's smallest NIC, docs/benchmarks.md); the AXI address is at least 12 bits."""
+    memory_bits = max(12, (memory_size - 1).bit_length())
+    return {**BOARD_NIC, "addr_width": memory_bits, **(nic or {})}
 
 
 class NicBoard(wiring.Component):
@@ -89,11 +98,7 @@ class NicBoard(wiring.Component):
         phy_tx_clock_domain: str | None = None,
     ):
         self.planes, self.clock_hz, self.memory_size, self.baud = planes, int(clock_hz), memory_size, baud
-        # The NIC reaches just the host memory: its addresses, descriptors and region checks are that
-        # wide (about 1,000 logic cells and 1,250 flip-flops fewer than 64 bits on the Colorlight's
-        # smallest NIC, docs/benchmarks.md); the AXI address is at least 12 bits.
-        memory_bits = max(12, (memory_size - 1).bit_length())
-        self.nic_params = {**BOARD_NIC, "addr_width": memory_bits, **(nic or {})}
+        self.nic_params = board_nic_parameters(memory_size, nic)
         divisor = self.clock_hz // baud
         if not 4 <= divisor < 1 << DIVISOR_BITS:
             raise ValueError(f"{baud} baud at {clock_hz} Hz needs a divisor of {divisor}: must be 4..65535")

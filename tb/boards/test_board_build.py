@@ -26,6 +26,7 @@ from mrcnic.boards.build import (
     stop_processes,
 )
 from mrcnic.boards.ecp5_pll import VCO_HZ, pll_dividers
+from mrcnic.boards.nic_board import BOARD_NIC, board_nic_parameters
 from mrcnic.boards.synth_block import count_cells
 from mrcnic.toolchain import apply_tool_environment
 
@@ -206,6 +207,23 @@ def test_nic_overrides_reach_the_board_top():
         BoardTop("versa_ecp5", core_hz=40e6).elaborate(spec.platform())
 
 
+def test_a_boards_nic_reaches_just_its_host_memory():
+    """The boards' NIC is built with the host memory's address bits (at least the AXI minimum of 12), what
+    the bitstream's report lists and NIC_ID publishes; an explicit ``addr_width`` wins."""
+    assert board_nic_parameters(1 << 14)["addr_width"] == 14  # the Colorlight's 16 KiB
+    assert board_nic_parameters(1 << 16)["addr_width"] == 16
+    assert board_nic_parameters((1 << 16) + 1)["addr_width"] == 17
+    assert board_nic_parameters(1024)["addr_width"] == 12
+    assert board_nic_parameters(1 << 16, {"addr_width": 64, "qps": 1}) == {
+        **BOARD_NIC,
+        "addr_width": 64,
+        "qps": 1,
+    }
+    for name, spec in BOARDS.items():
+        module = BoardTop(name).elaborate(spec.platform())
+        assert module.submodules.board.caps.addr_width == (spec.memory_size - 1).bit_length(), name
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("board", ["ecpix5", "versa_ecp5"])  # about 20 minutes each
 def test_bitstream_builds_and_meets_timing(board):
@@ -215,6 +233,7 @@ def test_bitstream_builds_and_meets_timing(board):
     assert report["timing_met"] and report["bitstream"]
     assert set(report["clocks"]) == {"core", "eth_tx", *(f"eth_rx{p}" for p in range(BOARDS[board].planes))}
     assert all(c["margin"] >= 0 for c in report["clocks"].values())
+    assert report["nic"]["addr_width"] == (BOARDS[board].memory_size - 1).bit_length()
 
 
 # The Versa's 45F (LFE5UM-45F): logic cells (nextpnr's TRELLIS_COMB) and block RAMs.
