@@ -9,11 +9,19 @@ AXI-stream names (``tdata/tkeep/tlast/tvalid/tready``) so cocotbext-axi binds to
 
 from __future__ import annotations
 
-from amaranth import Module
+from amaranth import Cat, Const, Module
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["AxiStreamSignature", "PacketLayout", "PacketStream", "axis_to_stream", "stream_to_axis"]
+__all__ = [
+    "AxiStreamSignature",
+    "PacketLayout",
+    "PacketStream",
+    "axis_to_stream",
+    "kept_bytes",
+    "low_lanes",
+    "stream_to_axis",
+]
 
 
 class PacketLayout(data.StructLayout):
@@ -71,3 +79,19 @@ def stream_to_axis(m: Module, packets, axis) -> None:
         axis.tvalid.eq(packets.valid),
         packets.ready.eq(axis.tready),
     ]
+
+
+def low_lanes(count, width: int):
+    """``width`` keep bits with lanes ``0 .. count-1`` set (``count`` in ``0..width``)."""
+    return ((Const(1, width + 1) << count) - 1)[:width]
+
+
+def kept_bytes(keep):
+    """The byte count of a ``keep`` whose set lanes start at lane 0 (a packet stream's beat): the lane
+    where it falls from 1 to 0, plus one, as one-hot edges OR-ed per bit of the count (no adder)."""
+    width = len(keep)
+    edges = [keep[lane] & ~(keep[lane + 1] if lane + 1 < width else 0) for lane in range(width)]
+    return Cat(
+        Cat(e for lane, e in enumerate(edges) if (lane + 1) >> bit & 1).any()
+        for bit in range(width.bit_length())
+    )

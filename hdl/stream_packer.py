@@ -27,7 +27,7 @@ from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .stream import PacketStream
+from .stream import PacketStream, low_lanes
 
 __all__ = ["StreamPacker"]
 
@@ -35,11 +35,6 @@ __all__ = ["StreamPacker"]
 def _one_hot_to_index(one_hot, index_bits: int):
     """Binary index of the set bit of ``one_hot`` (0 when none is set)."""
     return Cat(*(Cat(one_hot[k] for k in range(len(one_hot)) if k >> b & 1).any() for b in range(index_bits)))
-
-
-def _low_lanes(count, width: int):
-    """``width`` keep bits with lanes ``0 .. count-1`` set (``count`` in ``0..width``)."""
-    return ((Const(1, width + 1) << count) - 1)[:width]
 
 
 class StreamPacker(wiring.Component):
@@ -117,7 +112,7 @@ class StreamPacker(wiring.Component):
         total = Signal(range(2 * width))
         shifted = Signal(8 * width)  # the aligned run starting at lane acc_count (wrapping around)
         merged = Signal(8 * width)  # acc below lane acc_count, the run from there up
-        held = _low_lanes(acc_count, width)
+        held = low_lanes(acc_count, width)
         m.d.comb += [
             total.eq(acc_count + aligned_count),
             shifted.eq(rotate_up(aligned_data, acc_count)),
@@ -155,7 +150,7 @@ class StreamPacker(wiring.Component):
             m.d.sync += [
                 self.o.valid.eq(1),
                 out.data.eq(acc),
-                out.keep.eq(_low_lanes(acc_count, width)),
+                out.keep.eq(low_lanes(acc_count, width)),
                 out.last.eq(1),
                 acc_count.eq(0),
                 flush.eq(0),
@@ -176,7 +171,7 @@ class StreamPacker(wiring.Component):
                 m.d.sync += [
                     self.o.valid.eq(1),
                     out.data.eq(merged),
-                    out.keep.eq(_low_lanes(total, width)),
+                    out.keep.eq(low_lanes(total, width)),
                     out.last.eq(1),
                     acc_count.eq(0),
                 ]

@@ -405,12 +405,10 @@ class QueueEngine(wiring.Component):
                     with m.Elif(bad_opcode | bad_length):
                         m.d.comb += [status.eq(CompletionStatus.INVALID_WQE), count("invalid_wqes").eq(1)]
                     with m.Elif(payload_unreachable):
-                        m.d.comb += status.eq(CompletionStatus.LOCAL_DMA_ERROR)
+                        m.d.comb += [status.eq(CompletionStatus.LOCAL_DMA_ERROR), count("dma_errors").eq(1)]
                     with m.Else():
                         m.d.comb += send.eq(1)
-                    m.d.comb += count("dma_errors").eq(
-                        f_error | (~flush & ~bad_opcode & ~bad_length & payload_unreachable)
-                    )
+                    m.d.comb += count("dma_errors").eq(f_error)
                     with m.If(send):
                         with m.If(a_inflight[f_qp] == 0):
                             m.d.sync += [
@@ -649,7 +647,6 @@ class QueueEngine(wiring.Component):
                         m.d.comb += count("cq_full_stalls").eq(1)
                     with m.Else():
                         cq_slot = cq_producer & (cq_ring - 1)
-                        aw = self.addr_width
                         m.d.comb += cqe_addr.eq(Cat(Const(0, 5), self.cq_base[5:aw] + cq_slot[:16]))
                         m.d.sync += [
                             w_addr.eq(cqe_addr[:aw]),

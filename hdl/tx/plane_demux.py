@@ -22,7 +22,7 @@ from amaranth import Array, Cat, Const, Module, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..stream import PacketStream
+from ..stream import PacketStream, kept_bytes, low_lanes
 from .header_builder import PLANE_BEATS_BITS
 from .layouts import bits_for
 
@@ -73,12 +73,6 @@ class PlaneDemux(wiring.Component):
         w, planes = self.data_width, self.planes
         entry = data.StructLayout({"data": 8 * w, "bytes": range(w + 1), "last": 1})
         beat = self.i.payload
-        # The byte count of a contiguous keep from lane 0: the lane where keep falls from 1 to 0, plus one
-        # (one-hot edges OR-ed per bit of the count, no adder).
-        edges = [beat.keep[lane] & ~(beat.keep[lane + 1] if lane + 1 < w else 0) for lane in range(w)]
-        count = Signal(range(w + 1))
-        for bit in range(len(count)):
-            m.d.comb += count[bit].eq(Cat(e for lane, e in enumerate(edges) if (lane + 1) >> bit & 1).any())
         queues = []
         for p in range(planes):
             q = fifo.SyncFIFOBuffered(width=entry.size, depth=self.fifo_depth)
@@ -87,11 +81,11 @@ class PlaneDemux(wiring.Component):
             head = data.View(entry, q.r_data)
             m.d.comb += [
                 self.o[p].payload.data.eq(head.data),
-                self.o[p].payload.keep.eq(((Const(1, w + 1) << head.bytes) - 1)[:w]),
+                self.o[p].payload.keep.eq(low_lanes(head.bytes, w)),
                 self.o[p].payload.last.eq(head.last),
                 self.o[p].valid.eq(q.r_rdy),
                 q.r_en.eq(self.o[p].ready),
-                q.w_data.eq(Cat(beat.data, count, beat.last)),
+                q.w_data.eq(Cat(beat.data, kept_bytes(beat.keep), beat.last)),
             ]
 
         # Room claimed for packets chosen for a plane that are not yet completely in its FIFO. (While a

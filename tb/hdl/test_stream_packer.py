@@ -13,15 +13,16 @@ import random
 
 import cocotb
 import pytest
-from amaranth import Module
+from amaranth import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.sim import Simulator
 from cocotb.clock import Clock
 from cocotb.simtime import get_sim_time
 from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
-from mrcnic.hdl.stream import AxiStreamSignature, axis_to_stream, stream_to_axis
+from mrcnic.hdl.stream import AxiStreamSignature, axis_to_stream, kept_bytes, low_lanes, stream_to_axis
 from mrcnic.hdl.stream_packer import StreamPacker
 
 from support.cocotb_runner import dut_params, run_cocotb
@@ -309,3 +310,22 @@ def test_stream_packer_cocotb_soak(width):
         extra_env={"PACKER_PACKETS": "20000"},
         test_dir_suffix="-soak",
     )
+
+
+def test_kept_bytes_and_low_lanes_are_inverse():
+    """``kept_bytes`` (the plane FIFOs' byte count) of every keep a packet stream's beat can have, and
+    ``low_lanes`` back: the same keep, at every width the NIC builds."""
+    for width in (1, 2, 4, 8, 16, 32):
+        m = Module()
+        keep, count, again = Signal(width), Signal(range(width + 1)), Signal(width)
+        m.d.comb += [count.eq(kept_bytes(keep)), again.eq(low_lanes(count, width))]
+
+        async def testbench(ctx, width=width, keep=keep, count=count, again=again):
+            for n in range(width + 1):
+                ctx.set(keep, (1 << n) - 1)
+                assert ctx.get(count) == n, (width, n)
+                assert ctx.get(again) == (1 << n) - 1, (width, n)
+
+        sim = Simulator(m)
+        sim.add_testbench(testbench)
+        sim.run()
