@@ -35,8 +35,10 @@ __all__ = [
     "Tseth",
     "Udp",
     "SINGLE_IPV6_START",
+    "beat_stack",
     "both_modes_stack",
     "from_wire",
+    "single_first_beat",
     "to_wire",
     "wire_bytes",
 ]
@@ -324,3 +326,25 @@ def both_modes_stack(
     eth_outer = Cat(to_wire(ethernet), to_wire(outer))
     split = 8 * SINGLE_IPV6_START
     return Cat(eth_outer[:split], Mux(srv6, eth_outer[split:], to_wire(ethernet)), to_wire(inner), rest)
+
+
+def single_first_beat(data_width: int) -> int:
+    """The beat of :func:`beat_stack` at which a single-IPv6 frame starts (an SRv6 frame: beat 0)."""
+    return SINGLE_IPV6_START // data_width if SINGLE_IPV6_START % data_width == 0 else 0
+
+
+def beat_stack(
+    srv6: Value, ethernet: data.View, outer: data.View, inner: data.View, rest: Value, data_width: int
+) -> Value:
+    """A header stack to emit ``data_width`` bytes a beat, by beat index from :func:`single_first_beat`.
+
+    Where a single-IPv6 frame's start (:data:`SINGLE_IPV6_START`) is a beat boundary, the stack is
+    :func:`both_modes_stack`; with wider beats each mode starts at beat 0 (every byte then depends on
+    ``srv6``)."""
+    if single_first_beat(data_width):
+        return both_modes_stack(srv6, ethernet, outer, inner, rest)
+    return Mux(
+        srv6,
+        Cat(to_wire(ethernet), to_wire(outer), to_wire(inner), rest),
+        Cat(to_wire(ethernet), to_wire(inner), rest),
+    )

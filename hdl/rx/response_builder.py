@@ -50,13 +50,18 @@ Timing. A record is taken into a one-entry stage while its template is read (one
 then built combinationally and loaded into a shift register that emits W bytes per beat: from its byte
 0 in SRv6 mode, from its byte 40 in single-IPv6 mode, so the inner IPv6 header and what follows sit at
 the same place in both modes and only 14 bytes of the load depend on the mode. (Picking each
-beat from a registered header by beat index takes about 500 LUT4s fewer, but its multiplexer (1,216 bits
-into 64) left the ECPIX-5 unroutable: router2 stalled at a few hundred overused wires with two seeds; the
-shifter's wires are local.) The next header loads in the cycle the previous one's last beat leaves, so the
-emitter has no gaps, and the next record is taken in that same cycle. An ``IcrcInserter`` appends the ICRC
-(skip 54 in SRv6 mode, 14 in single mode; it may add one beat), and a FIFO of ``plane_fifo_depth`` entries
-carries each frame's plane from header load to the frame's last output beat (enough frames in flight to
-cover the inserter's latency with 3-beat frames at W = 32). Measured with records back to back and the
+beat by beat index instead left the ECPIX-5 unroutable at 8 bytes a beat: its multiplexer (1,216 bits
+into 64) stalled router2 at a few hundred overused wires with two seeds; the shifter's wires are local.
+At 4 bytes a beat the shifter is also the smallest: the builder without SRv6 and ICRC took 1,340 logic
+cells, against 1,706 picking each beat from a registered header and 1,481 picking it from the record's
+fields, as the TX header builder does (``python -m mrcnic.boards.synth_block
+mrcnic.hdl.rx.response_builder:ResponseBuilder data_width=4 planes=2 qps=1 destinations=0
+append_icrc=0``, 2026-12-06). The latter needs 867 flip-flops fewer.) The next header loads in the
+cycle the previous one's last beat leaves, so the emitter has no gaps, and the next record is taken in
+that same cycle. An ``IcrcInserter`` appends the ICRC (skip 54 in SRv6 mode, 14 in single mode; it may
+add one beat), and a FIFO of ``plane_fifo_depth`` entries carries each frame's plane from header load to
+the frame's last output beat (enough frames in flight to cover the inserter's latency with 3-beat frames
+at W = 32). Measured with records back to back and the
 output always ready: after the first frame (whose tail waits once for the ICRC engine), 0 idle cycles
 between frames at W = 8 and W = 32, both modes (``test_back_to_back_frames_have_few_idle_cycles``).
 """

@@ -283,6 +283,8 @@ CONFIGS += [
     (8, 2, None, False),
     (8, 4, True, False),
     (4, 1, False, False),
+    (4, 2, True, False),
+    (4, 2, None, False),
 ]
 MODE_IDS = {True: "srv6", False: "single", None: "built-without-srv6"}
 
