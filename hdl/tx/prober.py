@@ -9,7 +9,7 @@ EV[31:29]), §5.8 (the answer comes back on the reverse of the probed path).
 Parameters: ``qps`` (Q), ``ev_slots`` (N), ``targets`` (T, default N, at most 2N): the probe targets
 per QP, numbered as in :class:`~mrcnic.hdl.tx.path_selector.PathSelector`: slot s is target s, reserve
 entry (plane p, index b) is target N + p * B + b, so the pipeline passes T = N + P * B. State:
-``{active, ev, due, interval, streak, outstanding, probe_id, sent_at, last_skip_once}`` per (QP, target)
+``{active, ev, at, interval, streak, outstanding, probe_id, last_skip_once}`` per (QP, target)
 (:func:`entry_layout`), and a 16-bit probe id counter per QP (+1 per probe, modulo 2^16) in registers.
 The ``active`` bits are a Q * T-bit register vector; the rest of an entry is a row of an
 ``amaranth.lib.memory.Memory`` (:func:`word_layout`, depth Q * T, row qp * T + target; one synchronous
@@ -19,7 +19,7 @@ writes the whole row), so reset leaves every entry inactive with no clear pass.
 Members.
 
 * ``watch``: In stream :func:`watch_layout` ``{qp, target, ev}``: ``ev`` became ASSUMED_BAD in that
-  slot, or went to the probe list in that reserve entry. The entry (re)starts for ``ev``: due = now +
+  slot, or went to the probe list in that reserve entry. The entry (re)starts for ``ev``: at = now +
   probe_interval, interval = probe_interval, streak 0, nothing outstanding (an answer to a probe of the
   previous EV is then stale). Out-of-range qp/target: ignored.
 * ``unwatch``: In stream :func:`unwatch_layout` ``{qp, target}``: stop probing the target.
@@ -29,8 +29,8 @@ Members.
   1, nothing outstanding any more, and
 
   - M = ALWAYS_SKIP (``path_event`` LOSS): streak 0, interval = min(2 * interval, probe_interval_max),
-    due = now + interval;
-  - otherwise streak += 1, interval = probe_interval, due = now + interval, last_skip_once = (M =
+    at = now + interval;
+  - otherwise streak += 1, interval = probe_interval, at = now + interval, last_skip_once = (M =
     SKIP_ONCE); when the streak reaches ``probe_k`` (0 is taken as 1): one ``restore`` record
     {qp, slot = target, ev, event}, event = PROBE_OK_SKIP if this last answer had M = SKIP_ONCE, else
     PROBE_OK; ``stat_restores`` += 1, and the entry stops.
@@ -38,11 +38,16 @@ Members.
   Not matched: ``stat_stale_answers`` += 1.
 * Background scan, one entry per cycle (qp-major), when no input is taken and no output is pending:
 
-  - an outstanding probe with now - sent_at >= ``rto`` is unanswered: streak 0, interval doubles
-    (<= max), due = now + interval, ``stat_unanswered`` += 1;
-  - otherwise an active entry with nothing outstanding, now >= due (serially) and its plane up
+  - an outstanding probe whose deadline has come (now >= at, serially) is unanswered: streak 0,
+    interval doubles (<= max), at = now + interval, ``stat_unanswered`` += 1;
+  - otherwise an active entry with nothing outstanding, now >= at (serially) and its plane up
     (``plane_up`` bit EV[31:29]) sends a probe: ``probe`` {qp, target, ev, probe_id = counter}, counter
-    += 1, outstanding, sent_at = now, ``stat_probes`` += 1. A down plane only delays the probe.
+    += 1, outstanding, at = now + ``rto`` (the answer's deadline), ``stat_probes`` += 1. A down plane
+    only delays the probe.
+
+  One field ``at`` serves both waits (the next probe, the answer), so each scan step makes one time
+  comparison and every write one sum ``now + offset``. The ``rto`` in force when a probe is sent is the
+  one its answer is held to.
 
 * ``probe``: Out stream :func:`probe_layout` (the TX side builds the PETH packet from it).
 * ``restore``: Out stream :func:`~mrcnic.hdl.tx.layouts.feedback_layout` ``(qps, ev_slots)`` (to
@@ -111,12 +116,12 @@ def entry_layout() -> data.StructLayout:
         {
             "active": 1,
             "ev": 32,
-            "due": 32,  # next probe time (when nothing is outstanding)
+            # nothing outstanding: the time of the next probe; a probe outstanding: its answer's deadline
+            "at": 32,
             "interval": 32,
             "streak": 3,
             "outstanding": 1,
             "probe_id": 16,
-            "sent_at": 32,
             "last_skip_once": 1,
         }
     )
@@ -189,11 +194,20 @@ class Prober(wiring.Component):
             x = interval << 1  # 33 bits: no wrap before the clamp
             return Mux(x > self.probe_interval_max, self.probe_interval_max, x)
 
+        # Every write that restarts a wait sets ``at`` to now + offset: one adder, its operand chosen.
+        offset = Signal(32)
+        later = Signal(32)
+        m.d.comb += later.eq(now + offset)
+
+        def wait(addr, after, **fields):
+            m.d.comb += offset.eq(after)
+            write(addr, at=later, **fields)
+
         def back_off(addr):
             """Unanswered probe or M = ALWAYS_SKIP: streak 0, interval doubles, next probe later."""
             iv = Signal(32)
             m.d.comb += iv.eq(doubled(e.interval))
-            write(addr, outstanding=0, streak=0, interval=iv, due=now + iv)
+            wait(addr, iv, outstanding=0, streak=0, interval=iv)
 
         # scan position, kept as (qp, target) and as the row sa = qp * T + target (no multiplier)
         sq = Signal(range(Q))
@@ -241,12 +255,12 @@ class Prober(wiring.Component):
                             ]
                             bump("restores")
                         with m.Else():
-                            write(
+                            wait(
                                 wa,
+                                self.probe_interval,
                                 outstanding=0,
                                 streak=streak,
                                 interval=self.probe_interval,
-                                due=now + self.probe_interval,
                                 last_skip_once=skip,
                             )
                 with m.Else():
@@ -261,10 +275,10 @@ class Prober(wiring.Component):
             with m.If((w.qp < Q) & (w.target < T)):
                 i = w.qp * T + w.target
                 set_active(i, 1)
-                write(
+                wait(
                     i,
+                    self.probe_interval,
                     ev=w.ev,
-                    due=now + self.probe_interval,
                     interval=self.probe_interval,
                     streak=0,
                     outstanding=0,
@@ -288,18 +302,14 @@ class Prober(wiring.Component):
         with m.Elif(sv):
             # one scan step on row sa; rp reads the next row meanwhile
             act = active.bit_select(sa, 1)
-            timed_out = act & e.outstanding & ((now - e.sent_at)[:32] >= self.rto)
-            due = (
-                act
-                & ~e.outstanding
-                & self.plane_up.bit_select(e.ev[29:32], 1)
-                & ((now - e.due)[:32].as_signed() >= 0)
-            )
+            come = (now - e.at)[:32].as_signed() >= 0
+            timed_out = act & e.outstanding & come
+            due = act & ~e.outstanding & self.plane_up.bit_select(e.ev[29:32], 1) & come
             with m.If(timed_out):
                 back_off(sa)
                 bump("unanswered")
             with m.Elif(due):
-                write(sa, outstanding=1, probe_id=ctr[sq], sent_at=now)
+                wait(sa, self.rto, outstanding=1, probe_id=ctr[sq])
                 m.d.sync += [
                     ctr[sq].eq(ctr[sq] + 1),
                     self.probe.valid.eq(1),
