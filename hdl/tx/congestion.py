@@ -48,8 +48,9 @@ From acceptance of an event to ``cc_event.ready`` again (the new state and ``cwn
 decrease: 64 cycles of the restoring divider), plus one per bucket shift (at most 3; a gap of 4 buckets or
 more clears the ring in one cycle). Measured in the Amaranth simulator.
 
-Fixed point: cwnd has 8 fraction bits; the increases are computed as Q.8 bytes (truncated), the decrease
-factor as Q0.16. Against the model (floats) the difference stays well under 0.5 % of cwnd (tests).
+Fixed point: cwnd has 8 fraction bits; the increases are computed as Q.8 bytes (truncated, and saturated
+at cwnd's 40 bits: any larger increase takes cwnd to max_cwnd all the same), the decrease factor as
+Q0.16. Against the model (floats) the difference stays well under 0.5 % of cwnd (tests).
 """
 
 from amaranth import Array, Cat, Module, Mux, Signal, signed
@@ -255,15 +256,22 @@ class CongestionControl(wiring.Component):
 
             # Two stages, one multiplier each: the gamma product and the cwnd product in one cycle were
             # the core clock's longest path on the ECPIX-5 (26.8 ns).
-            increase = Signal(DIV_BITS + 16)  # ops 0, 1: what cwnd grows by
+            # Ops 0, 1: what cwnd grows by, saturated at cwnd's range (cwnd + that is then above max_cwnd
+            # whenever the product was), so the sum and its clamp are 41 bits wide, not 81.
+            increase = Signal(32 + FRAC)
             md_factor = Signal(17)  # op 2: what cwnd is multiplied by (Q1.16)
+
+            def saturated(product):
+                grown = product >> 12
+                return Mux(grown[len(increase) :].any(), (1 << len(increase)) - 1, grown[: len(increase)])
+
             with m.State("SCALE"):
                 m.next = "APPLY"
                 with m.Switch(op):
                     with m.Case(0):
-                        m.d.sync += increase.eq((quo * self.alpha) >> 12)
+                        m.d.sync += increase.eq(saturated(quo * self.alpha))
                     with m.Case(1):
-                        m.d.sync += increase.eq((quo * self.eta) >> 12)
+                        m.d.sync += increase.eq(saturated(quo * self.eta))
                     with m.Case(2):
                         # quo = (delay - target) / delay in Q0.16 (< 1).
                         gq = Signal(17)
@@ -274,7 +282,7 @@ class CongestionControl(wiring.Component):
 
             with m.State("APPLY"):
                 m.next = "WRITE"
-                wide = Signal(DIV_BITS + 16 + 1)
+                wide = Signal(32 + FRAC + 1)  # cwnd + increase, or cwnd * md_factor (<= cwnd)
                 with m.If(op == 2):
                     m.d.comb += wide.eq((st.cwnd * md_factor) >> 16)
                 with m.Else():

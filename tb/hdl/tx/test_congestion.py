@@ -175,8 +175,16 @@ def test_decrease_once_per_base_rtt():
         await _event(ctx, dut, 100 + 4 * BASE, 1, CcKind.SACK, 0, 60000, 1)
         await _event(ctx, dut, 100 + 4 * BASE, 1, CcKind.LOSS, 5000)
         assert ctx.get(dut.cwnd[1]) == p.max_cwnd // 2
+        # An increase past cwnd's range saturates, it does not wrap: alpha 1.0, target 1, delay -BASE, so
+        # the increase is acked * 65 bytes, in Q.8 2^40 + 1024 (2^40 would add 4 bytes if it wrapped).
+        ctx.set(dut.target, 1)
+        ctx.set(dut.alpha, 4096)
+        await _event(ctx, dut, 100 + 4 * BASE, 1, CcKind.SACK, 66076420, 0, 0)
+        assert ctx.get(dut.cwnd[1]) == p.max_cwnd
+        ctx.set(dut.target, target)
+        ctx.set(dut.alpha, round(p.alpha * 4096))
         assert _stats(ctx, dut) == {
-            "proportional": 2,
+            "proportional": 3,
             "fair": 1,
             "decreases": 4,
             "decreases_held": 1,
