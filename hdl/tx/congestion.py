@@ -44,9 +44,9 @@ Members.
 
 Timing. One event at a time; configure has priority (accepted only between events) and takes 1 cycle.
 From acceptance of an event to ``cc_event.ready`` again (the new state and ``cwnd`` are visible then):
-4 cycles (LOSS, SACK without RTT sample or when disabled, hold, held decrease), 5 (TRIM), 71 (increase or
-decrease: 64 cycles of the restoring divider), plus one per bucket shift (at most 3; a gap of 4 buckets or
-more clears the ring in one cycle). Measured in the Amaranth simulator.
+4 cycles (LOSS, SACK without RTT sample or when disabled, hold, held decrease), 6 + ``qa_gate`` (TRIM),
+71 (increase or decrease: 64 cycles of the restoring divider), plus one per bucket shift (at most 3; a gap
+of 4 buckets or more clears the ring in one cycle). Measured in the Amaranth simulator.
 
 Fixed point: cwnd has 8 fraction bits; the increases are computed as Q.8 bytes (truncated, and saturated
 at cwnd's 40 bits: any larger increase takes cwnd to max_cwnd all the same), the decrease factor as
@@ -155,6 +155,8 @@ class CongestionControl(wiring.Component):
         m.d.comb += rem2.eq(Cat(num[-1], rem))
 
         op = Signal(2)  # 0 proportional, 1 fair, 2 decrease
+        qa_limit = Signal(32)  # max_cwnd >> qa_gate (QA_LIMIT)
+        qa_shift = Signal(5)
         stats = {name: getattr(self, f"stat_{name}") for name in STATS}
 
         with m.FSM():
@@ -229,7 +231,15 @@ class CongestionControl(wiring.Component):
                             m.d.sync += stats["holds"].eq(stats["holds"] + 1)
                 with m.Elif((ev.kind == CcKind.TRIM) & self.enabled):
                     m.d.sync += st.cwnd.eq(Mux(st.cwnd >= mtu_q + mtu_q, st.cwnd - mtu_q, mtu_q))
+                    m.d.sync += [qa_limit.eq(self.max_cwnd), qa_shift.eq(self.qa_gate)]
+                    m.next = "QA_LIMIT"
+
+            # max_cwnd >> qa_gate, one bit a cycle (a barrel shifter costs about 100 LUT4s; TRIMs are rare).
+            with m.State("QA_LIMIT"):
+                with m.If(qa_shift == 0):
                     m.next = "QUICK_ADAPT"
+                with m.Else():
+                    m.d.sync += [qa_limit.eq(qa_limit >> 1), qa_shift.eq(qa_shift - 1)]
 
             with m.State("QUICK_ADAPT"):
                 m.next = "WRITE"
@@ -238,7 +248,7 @@ class CongestionControl(wiring.Component):
                 floor = Signal(32 + FRAC + 2)
                 m.d.comb += floor.eq(Mux(acked > self.mtu, acked, self.mtu) << FRAC)
                 ready = ~st.qa_valid | later_eq(self.now, st.last_qa + self.base_rtt + self.target)
-                with m.If(ready & (acked < (self.max_cwnd >> self.qa_gate))):
+                with m.If(ready & (acked < qa_limit)):
                     with m.If(floor < st.cwnd):
                         m.d.sync += st.cwnd.eq(floor)
                     m.d.sync += [st.last_qa.eq(self.now), st.qa_valid.eq(1)]
