@@ -60,7 +60,8 @@ BOARDS = {
         # 45F: 95 % of its logic cells (docs/boards.md, "Versa ECP5: the bitstream").
         core_hz=31.25e6,
         memory_size=1 << 16,
-        # The NIC's largest frame (PMTU 4096, docs/ethernet.md): 8 KiB rings, 16 block RAMs fewer than 9216.
+        # The NIC's largest frame (PMTU 4096, docs/ethernet.md): 6 KiB rings, 12 block RAMs for the four
+        # where 9216 would take 20.
         max_frame=4242,
         leds="led",
         program="openFPGALoader -b ecp5_evn",

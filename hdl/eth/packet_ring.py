@@ -17,43 +17,55 @@ Members (one clock domain):
   * ``w_discard``: everything appended since the last commit, including this cycle's octet, is dropped.
     Not in the same cycle as ``w_commit``.
   * ``w_room``: Out, an octet can be appended this cycle. A register, set when at least two slots were
-    free in the cycle before, so the ring holds at most ``depth - 1`` octets.
+    free in the cycle before, so a frame of ``depth - 1`` octets always fits an empty ring (one of
+    ``depth`` fits only if its last two octets come in consecutive cycles: don't count on it).
 
 * ``r``: Out(stream of :class:`~mrcnic.hdl.eth.frame.ByteLayout`): committed octets in order, with
   their end-of-frame flags. ``valid`` and the payload are registers at the end of a three-stage read
   pipeline (so the RAMs' output delay never reaches the logic behind); an octet committed in one cycle
   can be taken four cycles later.
 
-Structure: ``lib.memory`` banks of 2048 9-bit words (one ECP5 block RAM each), ``depth`` words in all,
-with three pointers one bit wider than the address: write (``wptr``), commit (``cptr``) and read (``rptr``).
-Octets ``[rptr, cptr)`` are readable and ``[cptr, wptr)`` are the frame in progress; the ring is full
-at ``wptr - rptr == depth - 1`` (an octet fetched from the RAM is held in the read pipeline, so its slot
-is free). The reader fetches whenever its pipeline moves, so once an octet is committed the reader
-streams one octet per cycle without a gap until it runs out of committed octets: a committed frame
-always comes out back to back.
+Structure: ``lib.memory`` banks of 2048 9-bit words (one ECP5 block RAM each), ``depth`` words in all
+(a power of two, or any number of whole banks: a ring for one 4242-octet frame takes three block RAMs,
+not the four of 8 KiB), with three pointers, each an address and a lap bit (the pointers of a
+power-of-two ring are plain binary counters one bit wider than the address; the others wrap at
+``depth``): write (``wptr``), commit (``cptr``) and read (``rptr``).
+Octets ``[rptr, cptr)`` are readable and ``[cptr, wptr)`` are the frame in progress; ``w_room`` falls once
+``wptr - rptr`` has reached ``depth - 1`` (an octet fetched from the RAM is held in the read pipeline, so its
+slot is free). The reader fetches whenever its pipeline moves, so once an octet is committed the reader
+streams one octet per cycle without a gap until it runs out of committed octets: a committed frame always
+comes out back to back.
 """
 
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from .frame import ByteLayout
 
-__all__ = ["PacketRing"]
+__all__ = ["BANK_DEPTH", "PacketRing", "ring_depth_ok"]
 
 BANK_DEPTH = 2048  # x 9 bits: one ECP5 block RAM (DP16KD)
 
 
+def ring_depth_ok(depth: int, bank_depth: int = BANK_DEPTH) -> bool:
+    """A depth :class:`PacketRing` takes: a power of two, or whole banks."""
+    return depth >= 2 and (depth & (depth - 1) == 0 or depth % bank_depth == 0)
+
+
 class PacketRing(wiring.Component):
-    """Parameters: ``depth`` (octets, a power of two), ``bank_depth`` (octets per memory bank, a power of
-    two; one block RAM's worth by default)."""
+    """Parameters: ``depth`` (octets: a power of two, or a multiple of ``bank_depth``), ``bank_depth``
+    (octets per memory bank, a power of two; one block RAM's worth by default)."""
 
     def __init__(self, depth: int, *, bank_depth: int = BANK_DEPTH):
-        self.addr_bits = exact_log2(depth)
         self.bank_bits = exact_log2(bank_depth)
+        if not ring_depth_ok(depth, bank_depth):
+            self._MustUse__silence = True  # no "created but never used" warning for a rejected instance
+            raise ValueError(f"depth must be a power of two or a multiple of {bank_depth}, not {depth}")
+        self.addr_bits = (depth - 1).bit_length()
         self.depth = depth
         super().__init__(
             {
@@ -70,9 +82,31 @@ class PacketRing(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        bits = self.addr_bits
+        bits, depth = self.addr_bits, self.depth
         bank_bits = min(bits, self.bank_bits)
-        banks = 1 << (bits - bank_bits)
+        banks = -(-depth >> bank_bits)
+        binary = depth == 1 << bits  # pointers wrap by themselves
+
+        def advance(pointer):
+            """The pointer one octet on (over the end of the ring: address 0 of the next lap)."""
+            if binary:
+                return (pointer + 1)[: bits + 1]
+            last = pointer[:bits] == depth - 1
+            return Mux(last, Cat(Const(0, bits), ~pointer[bits]), (pointer + 1)[: bits + 1])
+
+        def back(pointer):
+            """The pointer one octet back."""
+            if binary:
+                return (pointer - 1)[: bits + 1]
+            first = pointer[:bits] == 0
+            return Mux(first, Cat(Const(depth - 1, bits), ~pointer[bits]), (pointer - 1)[: bits + 1])
+
+        def distance(ahead, behind):
+            """Octets from ``behind`` to ``ahead``."""
+            if binary:
+                return (ahead - behind)[: bits + 1]
+            apart = ahead[:bits] - behind[:bits]  # negative when ``ahead`` is a lap on
+            return Mux(ahead[bits] == behind[bits], apart, apart + depth)[: bits + 1]
 
         # One lib.memory per block RAM's worth, so each RAM's output can be registered before the bank
         # multiplexer (a deep memory would put that multiplexer right after the RAMs' slow outputs).
@@ -88,10 +122,10 @@ class PacketRing(wiring.Component):
         previous = Signal(8)  # the octet appended last, for w_mark_last
 
         # A register, so the writer's ready logic does not start at the pointers' adders: computed one
-        # cycle early, it needs two free slots, as one octet may be appended meanwhile (so at most
-        # depth - 1 octets are ever stored).
+        # cycle early, it needs two free slots, as one octet may be appended meanwhile (so depth - 1
+        # octets always fit, and depth when the last two come back to back).
         level = Signal(bits + 1)
-        m.d.comb += level.eq(wptr - rptr)
+        m.d.comb += level.eq(distance(wptr, rptr))
         m.d.sync += self.w_room.eq(level < self.depth - 1)
 
         append = Signal()
@@ -101,8 +135,8 @@ class PacketRing(wiring.Component):
         wptr_dec = Signal(bits + 1)
         m.d.comb += [
             append.eq(self.w_en & self.w_room),
-            wptr_inc.eq(wptr + 1),
-            wptr_dec.eq(wptr - 1),
+            wptr_inc.eq(advance(wptr)),
+            wptr_dec.eq(back(wptr)),
             address.eq(Mux(self.w_mark_last, wptr_dec, wptr)),
         ]
         for k, wr in enumerate(writes):
@@ -135,7 +169,9 @@ class PacketRing(wiring.Component):
             m.d.comb += [rd.en.eq(shift), rd.addr.eq(rptr[:bank_bits])]
         with m.If(shift):
             available = rptr != cptr
-            m.d.sync += [fetched.eq(available), bank1.eq(rptr[bank_bits:bits]), rptr.eq(rptr + available)]
+            m.d.sync += [fetched.eq(available), bank1.eq(rptr[bank_bits:bits])]
+            with m.If(available):
+                m.d.sync += rptr.eq(advance(rptr))
             m.d.sync += [banked.eq(fetched), bank2.eq(bank1)]
             m.d.sync += [h.eq(rd.data) for h, rd in zip(held, reads, strict=True)]
             m.d.sync += self.r.valid.eq(banked)

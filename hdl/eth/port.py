@@ -25,11 +25,11 @@ Members:
   :class:`~mrcnic.hdl.eth.rgmii.RgmiiPhy` ``gmii``.
 * Counters, Out(32), wrapping, in the core domain: see :mod:`mrcnic.hdl.eth.counters`.
 
-Parameters: ``data_width`` (octets per beat, as the core's), ``max_frame`` (octets with FCS),
-``ifg`` (octets), ``tx_buffer_bytes`` / ``rx_buffer_bytes`` (ring sizes, powers of two, at least
-``max_frame``; default the smallest such), ``cdc_depth`` (beats of each data FIFO between the domains),
-``core_domain`` / ``tx_domain`` / ``rx_domain`` (clock domain names; the domains are defined elsewhere:
-the board's clocking for the core and TX, the PHY interface for RX).
+Parameters: ``data_width`` (octets per beat, as the core's), ``max_frame`` (octets with FCS), ``ifg``
+(octets), ``tx_buffer_bytes`` / ``rx_buffer_bytes`` (ring sizes, at least ``max_frame``: a power of two, or
+whole 2048-octet block RAMs; default the smallest such), ``cdc_depth`` (beats of each data FIFO between the
+domains), ``core_domain`` / ``tx_domain`` / ``rx_domain`` (clock domain names; the domains are defined
+elsewhere: the board's clocking for the core and TX, the PHY interface for RX).
 
 Behaviour:
 
@@ -64,6 +64,7 @@ from .frame import (
     check_max_frame,
 )
 from .gmii import GmiiSignature
+from .packet_ring import BANK_DEPTH, ring_depth_ok
 from .rx_buffer import RxBuffer
 from .rx_mac import RxMac
 from .tx_buffer import SerialByteLayout, TxBuffer
@@ -76,10 +77,18 @@ STATUS_DEPTH = 8
 
 
 def _ring_size(requested: int | None, max_frame: int, name: str) -> int:
-    size = requested if requested is not None else 1 << (max_frame - 1).bit_length()
-    if size & (size - 1) or size < max_frame:
-        raise ValueError(f"{name} must be a power of two of at least max_frame ({max_frame}), not {size}")
-    return size
+    """The ring of ``requested`` octets, or by default the smallest that holds a ``max_frame`` frame: a
+    power of two up to one block RAM's worth, whole block RAMs above (6 KiB, three RAMs, for 4242-octet
+    frames, not 8 KiB in four)."""
+    if requested is None:
+        fits = 1 << (max_frame - 1).bit_length()
+        requested = fits if fits <= BANK_DEPTH else -(-max_frame // BANK_DEPTH) * BANK_DEPTH
+    if requested < max_frame or not ring_depth_ok(requested):
+        raise ValueError(
+            f"{name} must be at least max_frame ({max_frame}) and a power of two or a multiple of "
+            f"{BANK_DEPTH}, not {requested}"
+        )
+    return requested
 
 
 class EthernetPort(wiring.Component):

@@ -30,7 +30,7 @@ __all__ = ["RxBuffer"]
 
 
 class RxBuffer(wiring.Component):
-    """Parameter: ``depth`` (octets, a power of two)."""
+    """Parameter: ``depth`` (octets: a power of two, or whole block RAMs, see :class:`PacketRing`)."""
 
     def __init__(self, *, depth: int):
         self.depth = depth

@@ -41,8 +41,8 @@ class SerialByteLayout(data.StructLayout):
 
 
 class TxBuffer(wiring.Component):
-    """Parameters: ``depth`` (octets, a power of two, at least ``max_frame``), ``max_frame`` (octets with
-    FCS)."""
+    """Parameters: ``depth`` (octets, at least ``max_frame``: a power of two, or whole block RAMs),
+    ``max_frame`` (octets with FCS)."""
 
     def __init__(self, *, depth: int, max_frame: int = DEFAULT_MAX_FRAME):
         self.max_frame = check_max_frame(max_frame)

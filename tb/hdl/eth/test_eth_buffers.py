@@ -1,10 +1,10 @@
 """Store-and-forward buffers (hdl/eth/packet_ring.py, tx_buffer.py, rx_buffer.py) on the Amaranth
 simulator.
 
-* Ring (one memory bank, and four): frames appended with random pauses and committed or discarded
-  (some ends marked afterwards with ``w_mark_last``), read with random stalls or continuously; the
-  reader gets exactly the committed frames, and a committed frame read continuously never has a gap;
-  the ring fills up completely.
+* Ring (64 octets in one memory bank and in four; 48 in three, whose pointers wrap at 48): frames
+  appended with random pauses and committed or discarded (some ends marked afterwards with
+  ``w_mark_last``), read with random stalls or continuously; the reader gets exactly the committed
+  frames, and a committed frame read continuously never has a gap; the ring fills up completely.
 * TX buffer: frames of every length around the limit, empty frames, frames whose end comes in an empty
   beat, random backpressure from the MAC side and random ``drop_ok``; the frames out and the drops are
   exactly the reference's.
@@ -47,14 +47,17 @@ async def read_frames(ctx, port, count, rng, *, stall=0.3, continuous=0.5, out=N
     return frames
 
 
-@pytest.mark.parametrize("banks", [1, 4])
-def test_packet_ring(banks):
+@pytest.mark.parametrize("depth, banks", [(64, 1), (64, 4), (48, 3)])
+def test_packet_ring(depth, banks):
+    """Random frames committed or discarded, some ending without an octet, random stalls on both sides;
+    48 octets in three banks: a ring whose pointers wrap at its depth, not at a power of two."""
     rng = new_rng("packet_ring")
-    depth = 64
     dut = PacketRing(depth, bank_depth=depth // banks)
     plan = []  # (octets, commit?, end marked afterwards?)
-    for _ in range(120):
-        size = rng.choice([1, 2, rng.randint(1, 20), rng.randint(20, depth)])
+    for _ in range(400):  # many laps, so ends are marked across the wrap too
+        # Up to depth - 1 octets: what the ring guarantees to hold (a frame of depth octets fits only
+        # if its last two octets come back to back, and the writer here pauses at random).
+        size = rng.choice([1, 2, rng.randint(1, 20), rng.randint(20, depth - 1)])
         plan.append((rng.randbytes(size), rng.random() < 0.75, size > 1 and rng.random() < 0.3))
     committed = [octets for octets, commit, _ in plan if commit]
     received = []
@@ -99,7 +102,9 @@ def test_packet_ring(banks):
     async def reader(ctx):
         await read_frames(ctx, dut.r, len(committed), rng, stall=0.5, out=received)
 
-    run(dut, writer, reader, name=f"packet_ring{banks}")
+    # A deadline some 25 times what a run takes (60-85 µs): a stuck ring fails the test, not hangs it.
+    run(dut, writer, reader, name=f"packet_ring{depth}_{banks}", deadline=2e-3)
+    assert len(received) == len(committed), f"{len(received)} of {len(committed)} frames out by the deadline"
     assert received == committed
     assert full_seen, "the ring never filled up"
 
