@@ -15,7 +15,8 @@ include the 4 ICRC bytes the inserter will append.
 A job stays at the head of the parked queue until its header has gone out, and each header beat is
 picked from the header stack that job gives, by beat index (``mrcnic.hdl.mux.select``): there is no
 header register. The send time (TSETH/PETH ``tx_timestamp``) and the addressing mode are taken when the
-header starts; the other ``config`` registers and the peer's fields are read while it goes out. (Changing
+header starts (``tb/hdl/tx/test_header_builder.py`` checks the time against a clock that moves every
+cycle); the other ``config`` registers and the peer's fields are read while it goes out. (Changing
 them while packets go out was never atomic: the host writes a GID or a MAC 32 bits at a time.) Without
 SRv6 the single-IPv6 stack's first 40 bytes are never sent, so they are not multiplexed either. At 4 bytes
 a beat this took 339 logic cells and 888 flip-flops off the builder (1,494 -> 1,155 cells, ``python -m
