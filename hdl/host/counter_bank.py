@@ -15,10 +15,15 @@ How a total follows its counter. A *visit* of counter ``i`` reads its total ``T`
 ``2^n`` is what the counter grew by since then: exact as long as it grows by less than ``2^n`` between
 two visits. A scan visits the counters in turn, one a cycle; a host read is a visit too (it takes the
 scan's cycle, the scan waits), and its answer is the updated total, so **a read is exact**: it counts
-every event up to the cycle of the request. With host reads at most every other cycle (the register
-file takes one per four cycles at most), a counter is visited at least every ``2 * count + 2`` cycles;
-``sample_width`` is sized so that a counter growing by up to ``max_step`` a cycle stays below ``2^n``
-over that span (``sample_width_for``).
+every event up to the cycle of the request. With host reads at least ``read_interval`` cycles apart
+(2 at the most often; the register file's are 4 apart: a counter read holds its bus until the answer
+has been taken), the scan moves on in all but one cycle of every ``read_interval``, so a counter is
+visited again within ``L`` cycles, the fewest with ``L - ceil(L / read_interval) >= count``: ``2 *
+count`` for reads every other cycle, about ``4 / 3 * count`` for reads every fourth
+(``revisit_cycles``). ``sample_width`` is sized so that a counter growing by up to ``max_step`` a cycle
+stays below ``2^n`` over ``L + 2`` cycles (``sample_width_for``; the 2 cover a visit that reads the
+total its predecessor is still writing: see stage 2). For the Colorlight's NIC (92 counters, 2 at most a
+cycle) that is 8 bits with reads 4 apart, where every other cycle would need 9.
 
 After a reset the blocks' counters restart at 0 and so must the totals, although block RAM keeps its
 contents: the first scan after a reset writes each sample as the total. ``ready`` rises when that scan
@@ -27,9 +32,9 @@ is complete; reads must wait for it (the register file holds its bus until then)
 Members:
 
 * ``sample``: In(``ArrayLayout(sample_width, count)``): the low bits of every counter.
-* ``read_addr``: In(range(count)), ``read_en``: In(1): a host read (``read_en`` at most every other
-  cycle). ``read_valid``: Out(1), high two cycles after the request, with the total in ``read_data``:
-  Out(total_width), in that cycle only.
+* ``read_addr``: In(range(count)), ``read_en``: In(1): a host read (``read_en`` at least
+  ``read_interval`` cycles apart, a parameter: 2 by default). ``read_valid``: Out(1), high two cycles
+  after the request, with the total in ``read_data``: Out(total_width), in that cycle only.
 * ``ready``: Out(1).
 """
 
@@ -42,21 +47,35 @@ from amaranth.lib.wiring import In, Out
 
 from ..mux import select
 
-__all__ = ["CounterBank", "sample_width_for"]
+__all__ = ["CounterBank", "revisit_cycles", "sample_width_for"]
 
 
-def sample_width_for(count: int, max_step: int) -> int:
-    """Bits each counter must keep: its growth over the longest span between two visits (``2 * period
-    + 2`` cycles, see the module docstring) at ``max_step`` a cycle stays below ``2**bits``."""
-    return ((2 * max(count, 2) + 2) * max_step).bit_length()
+def revisit_cycles(count: int, read_interval: int = 2) -> int:
+    """The longest span between two visits of a counter: the fewest cycles ``T`` in which the scan
+    makes a whole lap of ``max(count, 2)`` steps although host reads (at least ``read_interval``
+    cycles apart, so at most ``ceil(T / read_interval)`` of them) take some of its cycles."""
+    period, cycles = max(count, 2), max(count, 2)
+    while cycles - -(-cycles // read_interval) < period:
+        cycles += 1
+    return cycles
+
+
+def sample_width_for(count: int, max_step: int, read_interval: int = 2) -> int:
+    """Bits each counter must keep: its growth over the longest span between two visits and two
+    cycles more (see the module docstring) at ``max_step`` a cycle stays below ``2**bits``."""
+    return ((revisit_cycles(count, read_interval) + 2) * max_step).bit_length()
 
 
 class CounterBank(wiring.Component):
-    def __init__(self, *, count: int, max_step: int = 1, total_width: int = 32):
+    def __init__(self, *, count: int, max_step: int = 1, total_width: int = 32, read_interval: int = 2):
         self.count, self.max_step, self.total_width = count, max_step, total_width
-        self.sample_width = sample_width_for(count, max_step) if count >= 1 and max_step >= 1 else 0
+        self.read_interval = read_interval
+        valid = count >= 1 and max_step >= 1 and read_interval >= 2
+        self.sample_width = sample_width_for(count, max_step, read_interval) if valid else 0
         if not 1 <= self.sample_width <= total_width:
             self._MustUse__silence = True  # no "created but never used" warning for a rejected instance
+            if read_interval < 2:
+                raise ValueError(f"host reads must be at least 2 cycles apart, not {read_interval}")
             if count < 1 or max_step < 1:
                 raise ValueError("a counter bank needs at least one counter, growing by at least 1")
             raise ValueError(f"{self.sample_width}-bit samples do not fit {total_width}-bit totals")

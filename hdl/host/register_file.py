@@ -92,7 +92,9 @@ class RegisterFile(wiring.Component):
             )
         self.regmap, self.addr_width = regmap, addr_width
         steps = [r.max_step for block in regmap.blocks for r in block.registers if r.max_step]
-        self._bank_params = dict(count=max(1, len(steps)), max_step=max(steps, default=1))
+        # A counter read holds the bus until its answer is taken (request, two cycles to the bank's
+        # answer, rvalid): the bank's reads come at least four cycles apart.
+        self._bank_params = dict(count=max(1, len(steps)), max_step=max(steps, default=1), read_interval=4)
         self.counter_sample_width = sample_width_for(**self._bank_params)  # bits the blocks' counters keep
         core_members = core.members
         members = {"bus": In(AxiLiteSignature(addr_width=addr_width))}

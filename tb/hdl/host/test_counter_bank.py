@@ -1,7 +1,8 @@
 """Counter bank (Amaranth simulator): totals follow narrow wrapping counters exactly, with host reads as
-often as the bank allows (every other cycle, which stretches the scan), totals that wrap (a 10-bit
-``total_width`` here), and each counter growing by up to ``max_step`` every cycle. Seeds printed
-(``COUNTER_BANK_SEED=<seed>`` reruns one)."""
+often as the bank is built for (every ``read_interval`` cycles, which stretches the scan the most),
+totals that wrap (a 10-bit ``total_width`` here), and every other counter growing by ``max_step`` every
+cycle (the others by up to it), so the narrow samples come as close to wrapping between two visits as
+the sizing allows. Seeds printed (``COUNTER_BANK_SEED=<seed>`` reruns one)."""
 
 import os
 import random
@@ -19,13 +20,15 @@ def new_seed() -> int:
     return seed
 
 
-@pytest.mark.parametrize("count, max_step", [(1, 1), (5, 3), (24, 2)])
-def test_totals_follow_the_counters(count, max_step):
+@pytest.mark.parametrize(
+    "count, max_step, read_interval", [(1, 1, 2), (5, 3, 2), (24, 2, 2), (24, 2, 4), (92, 2, 4)]
+)
+def test_totals_follow_the_counters(count, max_step, read_interval):
     rng = random.Random(new_seed())
     total_width = 10
-    dut = CounterBank(count=count, max_step=max_step, total_width=total_width)
+    dut = CounterBank(count=count, max_step=max_step, total_width=total_width, read_interval=read_interval)
     n = dut.sample_width
-    assert n == sample_width_for(count, max_step) < total_width
+    assert n == sample_width_for(count, max_step, read_interval) < total_width
     truth = [0] * count  # wide values, what the totals must equal mod 2**total_width
     history: list[list[int]] = []
     state = {"run": True, "busy": 0.0}
@@ -33,8 +36,8 @@ def test_totals_follow_the_counters(count, max_step):
     async def counters(ctx):
         while state["run"]:
             for i in range(count):
-                # mostly the fastest growth allowed, so the narrow samples wrap every few visits
-                truth[i] += max_step if rng.random() < 0.8 else rng.randrange(max_step)
+                # the fastest growth allowed (every other counter), so the narrow samples wrap often
+                truth[i] += max_step if i % 2 == 0 or rng.random() < 0.8 else rng.randrange(max_step)
                 ctx.set(dut.sample[i], truth[i] % (1 << n))
             history.append(list(truth))
             await ctx.tick()
@@ -60,6 +63,10 @@ def test_totals_follow_the_counters(count, max_step):
                     got = ctx.get(dut.read_data)
                     around = {h[i] % (1 << total_width) for h in history[asked - 1 : asked + 2]}
                     assert got in around, (phase, i, got, around)
+                    # The next request comes read_interval cycles after this one, not later.
+                    for _ in range(read_interval - 2):
+                        await ctx.tick()
+                    continue
                 assert not ctx.get(dut.read_valid) or phase != "idle"
                 await ctx.tick()
         while min(truth) <= 1 << total_width:  # every total wraps its 10 bits at least once

@@ -158,7 +158,9 @@ def test_counters_follow_the_core():
     """Event counters read through the counter bank: every counter steps by random amounts up to its
     ``max_step`` (past the bank's narrow samples' range); a read taken meanwhile returns a value the
     counter had while the read was in progress (the bank is exact, not a snapshot of an earlier scan),
-    and once the counters stop every register reads its counter, also after a reset that clears them."""
+    and once the counters stop every register reads its counter, also after a reset that clears them.
+    Counter reads are taken at least four cycles apart, whatever the manager does: the bank's samples
+    are sized for that (``read_interval``)."""
     rng = random.Random(new_seed())
     regmap, dut = make()
     top = Module()
@@ -169,6 +171,18 @@ def test_counters_follow_the_core():
     ports = {r.name + block.name: _port(dut, r.binding) for block, r in counted}
     history: list[dict] = []  # the counters' values, cycle by cycle
     running = [True]
+    counter_addresses = {block.address(r.name) for block, r in counted}
+    counter_reads: list[int] = []  # cycles in which a counter read was taken
+
+    async def watch_reads(ctx):
+        cycle = 0
+        while running[0]:
+            _, _, valid, ready, address = await ctx.tick().sample(
+                dut.bus.arvalid, dut.bus.arready, dut.bus.araddr
+            )
+            if valid and ready and address in counter_addresses:
+                counter_reads.append(cycle)
+            cycle += 1
 
     async def counters(ctx):
         values = {key: 0 for key in ports}
@@ -190,6 +204,17 @@ def test_counters_follow_the_core():
             value = await bus.read(block.address(r.name))
             during = {h[key] for h in history[before - 1 :]}
             assert value in during, (r.name, value, sorted(during))
+        # Counter reads as fast as the file takes them: address and data channels always ready.
+        block, r = counted[0]
+        ctx.set(dut.bus.araddr, block.address(r.name))
+        ctx.set(dut.bus.arvalid, 1)
+        ctx.set(dut.bus.rready, 1)
+        await ctx.tick().repeat(60)
+        ctx.set(dut.bus.arvalid, 0)
+        await ctx.tick().repeat(4)
+        ctx.set(dut.bus.rready, 0)
+        spacing = [b - a for a, b in zip(counter_reads, counter_reads[1:], strict=False)]
+        assert min(spacing) == 4, sorted(set(spacing))
         await ctx.tick().repeat(1000)
         running[0] = False
         await ctx.tick()
@@ -208,7 +233,7 @@ def test_counters_follow_the_core():
         for block, r in rng.sample(counted, 10):
             assert await bus.read(block.address(r.name)) == 0, r.name
 
-    run(top, bench, counters, name="register_file_counters")
+    run(top, bench, counters, processes=[watch_reads], name="register_file_counters")
 
 
 def _port(dut, binding):
