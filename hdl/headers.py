@@ -12,9 +12,13 @@ header puts its first field in the most significant bits of byte 0; :func:`from_
 (No ``from __future__ import annotations`` here: ``data.Struct`` reads its annotations as shapes.)
 """
 
-from amaranth import Cat, Mux, Value
+from amaranth import Cat, Module, Mux, Signal, Value
 from amaranth.hdl import ShapeCastable
 from amaranth.lib import data
+
+from mrcnic.wire.constants import Opcode
+
+from .compare import above
 
 __all__ = [
     "HEADER_LAYOUTS",
@@ -37,6 +41,7 @@ __all__ = [
     "SINGLE_IPV6_START",
     "beat_stack",
     "both_modes_stack",
+    "control_extension",
     "from_wire",
     "single_first_beat",
     "to_wire",
@@ -347,4 +352,44 @@ def beat_stack(
         srv6,
         Cat(to_wire(ethernet), to_wire(outer), to_wire(inner), rest),
         Cat(to_wire(ethernet), to_wire(inner), rest),
+    )
+
+
+OOO_COUNT_MAX = 0x7FFF  # CC_STATE ooo_count is 15 bits on the wire, saturating (docs/protocol.md §7.2)
+CONTROL_EXTENSION_BYTES = 28 + 8  # the longest: SETH + CC_STATE (NETH 20, AETH 4)
+
+
+def control_extension(m: Module, record, own_qpn: Value, peer_qpn: Value) -> Value:
+    """The wire bytes after the BTH of a SACK (SETH + CC_STATE), NACK (NETH) or ACK (AETH), by
+    ``record.opcode`` (anything else: the AETH), zero-padded to :data:`CONTROL_EXTENSION_BYTES`.
+
+    ``record`` is a ``mrcnic.hdl.tx.layouts.control_record_layout`` view; the answered EV goes in the
+    SETH / NETH ``entropy``, the QPNs' low halves in SPDCID / DPDCID, ``ooo_count`` saturates at
+    0x7FFF (docs/protocol.md §4, §7.2-§7.4)."""
+    seth, cc, neth, aeth = Signal(Seth), Signal(CcState), Signal(Neth), Signal(Aeth)
+    m.d.comb += [
+        seth.m.eq(record.seth.m),
+        seth.pr.eq(record.seth.pr),
+        seth.ack_psn_offset.eq(record.seth.ack_psn_offset),
+        seth.entropy.eq(record.ev),
+        seth.spdcid.eq(own_qpn[:16]),
+        seth.dpdcid.eq(peer_qpn[:16]),
+        seth.cack_psn.eq(record.seth.cack_psn),
+        seth.sack_offset.eq(record.seth.sack_offset),
+        seth.sack_bitmap.eq(record.seth.sack_bitmap),
+        cc.tx_timestamp.eq(record.cc.tx_timestamp),
+        cc.ooo_count.eq(Mux(above(record.cc.ooo_count, OOO_COUNT_MAX), OOO_COUNT_MAX, record.cc.ooo_count)),
+        cc.rcvd_bytes.eq(record.cc.rcvd_bytes),
+        neth.nack_reason.eq(record.neth.nack_reason),
+        neth.entropy.eq(record.ev),
+        neth.spdcid.eq(own_qpn[:16]),
+        neth.dpdcid.eq(peer_qpn[:16]),
+        neth.nack_psn.eq(record.neth.nack_psn),
+        neth.tx_timestamp.eq(record.neth.tx_timestamp),
+        aeth.eq(record.aeth),
+    ]
+    return Mux(
+        record.opcode == Opcode.SACK,
+        Cat(to_wire(seth), to_wire(cc)),
+        Mux(record.opcode == Opcode.NACK, to_wire(neth), to_wire(aeth)),
     )

@@ -66,19 +66,18 @@ output always ready: after the first frame (whose tail waits once for the ICRC e
 between frames at W = 8 and W = 32, both modes (``test_back_to_back_frames_have_few_idle_cycles``).
 """
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal, signed
+from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from mrcnic.wire.constants import ETHERTYPE_IPV6, IPPROTO_IPV6, IPPROTO_UDP, Dscp, Ecn, Opcode
 
 from .. import headers as hdr
-from ..compare import above
 from ..stream import PacketStream
 from ..tables import small_table_attrs
 from ..tx.header_builder import tx_config_layout
 from ..tx.icrc_inserter import IcrcInserter
-from ..tx.layouts import MAX_CONTROL_FRAME_BYTES, bits_for, control_frame_layout
+from ..tx.layouts import MAX_CONTROL_FRAME_BYTES, bits_for, control_frame_layout, control_record_layout
 from ..tx.source_router import RouteTemplateLayout, route_configure_members, specialise
 
 __all__ = ["MAX_FRAME_BYTES", "ResponseBuilder", "output_layout", "peer_layout", "response_layout"]
@@ -88,7 +87,6 @@ EXT_BYTES = {Opcode.SACK: 36, Opcode.NACK: 20, Opcode.ACK: 4}
 # Largest frame without ICRC: SRv6 SACK (§2.3: 154 bytes with the ICRC).
 MAX_FRAME_BYTES = 14 + 40 + 40 + 8 + 12 + max(EXT_BYTES.values())
 assert MAX_FRAME_BYTES == MAX_CONTROL_FRAME_BYTES
-OOO_COUNT_MAX = 0x7FFF  # CC_STATE ooo_count is 15 bits on the wire, saturating (§7.2)
 
 
 def peer_layout(destinations: int) -> data.StructLayout:
@@ -104,32 +102,14 @@ def peer_layout(destinations: int) -> data.StructLayout:
 
 
 def response_layout(qps: int, destinations: int) -> data.StructLayout:
-    """One control packet to send (see the module docstring for which fields each opcode uses).
+    """One control packet to send (:func:`~mrcnic.hdl.tx.layouts.control_record_layout`; see the module
+    docstring for which fields each opcode uses).
 
     ``destinations`` does not change the layout (the peer's addressing is looked up by ``qp``); it is
     taken so every RX record layout has the same signature.
     """
     del destinations
-    return data.StructLayout(
-        {
-            "opcode": 8,  # Opcode.SACK / NACK / ACK
-            "ev": 32,  # EV being answered, echoed as SETH/NETH entropy
-            "qp": bits_for(qps),  # whose peer is answered (``peer_configure``)
-            "seth": data.StructLayout(
-                {
-                    "m": 2,
-                    "pr": 1,
-                    "ack_psn_offset": signed(16),  # PR = 1: the probe id's 16 bits
-                    "cack_psn": 24,
-                    "sack_offset": signed(16),
-                    "sack_bitmap": 64,
-                }
-            ),
-            "cc": data.StructLayout({"tx_timestamp": 16, "ooo_count": 16, "rcvd_bytes": 24}),
-            "neth": data.StructLayout({"nack_reason": 8, "nack_psn": 24, "tx_timestamp": 16}),
-            "aeth": hdr.Aeth,
-        }
-    )
+    return control_record_layout(qps)
 
 
 def output_layout(data_width: int, planes: int) -> data.StructLayout:
@@ -291,10 +271,6 @@ class ResponseBuilder(wiring.Component):
         inner = Signal(hdr.Ipv6)
         udp = Signal(hdr.Udp)
         bth = Signal(hdr.Bth)
-        seth = Signal(hdr.Seth)
-        cc = Signal(hdr.CcState)
-        neth = Signal(hdr.Neth)
-        aeth = Signal(hdr.Aeth)
         if self.srv6:
             template = data.View(RouteTemplateLayout, read.data)
             m.d.comb += outer.dst.eq(specialise(m, template, route_ev))
@@ -325,33 +301,8 @@ class ResponseBuilder(wiring.Component):
             bth.opcode.eq(rec.opcode),
             bth.pkey.eq(cfg.pkey),
             bth.dest_qp.eq(peer.peer_qpn),  # PSN 0, no flags: control packets carry no sequence number
-            seth.m.eq(rec.seth.m),
-            seth.pr.eq(rec.seth.pr),
-            seth.ack_psn_offset.eq(rec.seth.ack_psn_offset),
-            seth.entropy.eq(rec.ev),  # the answered EV, never modified
-            seth.spdcid.eq(peer.own_qpn[:16]),
-            seth.dpdcid.eq(peer.peer_qpn[:16]),
-            seth.cack_psn.eq(rec.seth.cack_psn),
-            seth.sack_offset.eq(rec.seth.sack_offset),
-            seth.sack_bitmap.eq(rec.seth.sack_bitmap),
-            cc.tx_timestamp.eq(rec.cc.tx_timestamp),
-            cc.ooo_count.eq(Mux(above(rec.cc.ooo_count, OOO_COUNT_MAX), OOO_COUNT_MAX, rec.cc.ooo_count)),
-            cc.rcvd_bytes.eq(rec.cc.rcvd_bytes),
-            neth.nack_reason.eq(rec.neth.nack_reason),
-            neth.entropy.eq(rec.ev),
-            neth.spdcid.eq(peer.own_qpn[:16]),
-            neth.dpdcid.eq(peer.peer_qpn[:16]),
-            neth.nack_psn.eq(rec.neth.nack_psn),
-            neth.tx_timestamp.eq(rec.neth.tx_timestamp),
-            aeth.eq(rec.aeth),
         ]
-        ext = Signal(8 * max(EXT_BYTES.values()))
-        with m.If(is_sack):
-            m.d.comb += ext.eq(Cat(hdr.to_wire(seth), hdr.to_wire(cc)))
-        with m.Elif(is_nack):
-            m.d.comb += ext.eq(hdr.to_wire(neth))
-        with m.Else():
-            m.d.comb += ext.eq(hdr.to_wire(aeth))
+        ext = hdr.control_extension(m, rec, peer.own_qpn, peer.peer_qpn)
         # SRv6 frames start at byte 0 of the stack, single-IPv6 frames at byte 40 (hdr.both_modes_stack).
         after_ip = Cat(hdr.to_wire(udp), hdr.to_wire(bth), ext)
         loaded = hdr.both_modes_stack(srv6, eth, outer, inner, after_ip)

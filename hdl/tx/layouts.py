@@ -4,12 +4,16 @@ Ref: docs/protocol.md §3 (opcodes, PSN/MSN/RQMSN, RETH per packet), §6 (EV slo
 Layouts depend on the NIC's size parameters (QP count, EV slots), so they are built by functions.
 """
 
+from amaranth import signed
 from amaranth.lib import data, enum
+
+from ..headers import Aeth
 
 __all__ = [
     "FeedbackEvent",
     "WriteKind",
     "bits_for",
+    "control_record_layout",
     "descriptor_layout",
     "feedback_layout",
     "target_bits",
@@ -26,6 +30,33 @@ def bits_for(count: int) -> int:
 
 # The largest control frame without its ICRC: an SRv6 SACK (docs/protocol.md §2.3: 154 bytes with it).
 MAX_CONTROL_FRAME_BYTES = 14 + 40 + 40 + 8 + 12 + 28 + 8
+
+
+def control_record_layout(qps: int) -> data.StructLayout:
+    """One SACK, NACK or ACK to send, as the receive engine decides it (docs/protocol.md §7.2-§7.4):
+    ``opcode`` (``Opcode.SACK`` / ``NACK`` / ``ACK``) says which of the blocks the frame carries (SACK:
+    ``seth`` + ``cc``; NACK: ``neth``; ACK: ``aeth``); ``ev`` is the EV answered, echoed in the
+    SETH / NETH ``entropy`` field; ``qp`` names the QP whose peer is answered."""
+    return data.StructLayout(
+        {
+            "opcode": 8,
+            "ev": 32,
+            "qp": bits_for(qps),
+            "seth": data.StructLayout(
+                {
+                    "m": 2,
+                    "pr": 1,
+                    "ack_psn_offset": signed(16),  # PR = 1: the probe id's 16 bits
+                    "cack_psn": 24,
+                    "sack_offset": signed(16),
+                    "sack_bitmap": 64,
+                }
+            ),
+            "cc": data.StructLayout({"tx_timestamp": 16, "ooo_count": 16, "rcvd_bytes": 24}),
+            "neth": data.StructLayout({"nack_reason": 8, "nack_psn": 24, "tx_timestamp": 16}),
+            "aeth": Aeth,
+        }
+    )
 
 
 def control_frame_layout(data_width: int, planes: int) -> data.StructLayout:

@@ -13,7 +13,12 @@ clock (``now_ts``) that moves every cycle and wraps:
 * ``packet_plane`` names the job's plane, and its ``beats`` is never below the beats the packet takes
   with its ICRC, packed;
 * one DMA read per WRITE job, in job order, none for a probe; payload beats flagged with a read error
-  are counted (``stat_dma_errors``) and still sent.
+  are counted (``stat_dma_errors``) and still sent;
+* built with ``responses``: random SACK, NACK and ACK records (every block random, whatever the opcode,
+  ooo_count past 15 bits) come in beside the jobs; each stream's packets leave in its order, each
+  response is the codec's control frame byte for byte, announced on its plane with
+  :func:`response_beats` only while that plane has room (``response_room``, random), and counted by
+  opcode.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import random
 import pytest
 
 from mrcnic import wire
-from mrcnic.hdl.tx.header_builder import HeaderBuilder, packet_beats_bound
+from mrcnic.hdl.tx.header_builder import HeaderBuilder, packet_beats_bound, response_beats
 
 from support.pysim import run, stream_get, stream_put
 
@@ -86,19 +91,23 @@ def _random_job(rng, w):
     }
 
 
-def _expected(job, peers, config, srv6, memory, ts) -> bytes:
-    """The packet the builder must send for ``job`` with send time ``ts``: the codec's frame, no ICRC."""
-    d, plane = job["descriptor"], job["plane"]
-    peer = peers[d["qp"]]
-    addressing = wire.Addressing(
+def _addressing(config, plane, peer, outer_dst, srv6) -> wire.Addressing:
+    return wire.Addressing(
         src_mac=config["port_mac"][plane],
         dst_mac=config["next_hop_mac"][plane],
         src_gid=config["own_gid"],
         dst_gid=peer["peer_gid"],
         outer_src=config["port_address"][plane] if srv6 else None,
-        outer_dst=job["outer_dst"] if srv6 else None,
+        outer_dst=outer_dst if srv6 else None,
         hop_limit=config["hop_limit"],
     )
+
+
+def _expected(job, peers, config, srv6, memory, ts) -> bytes:
+    """The packet the builder must send for ``job`` with send time ``ts``: the codec's frame, no ICRC."""
+    d, plane = job["descriptor"], job["plane"]
+    peer = peers[d["qp"]]
+    addressing = _addressing(config, plane, peer, job["outer_dst"], srv6)
     dscp = config["dscp_retx"] if d["rtx"] else config["dscp_data"]
     opcode = wire.Opcode(d["opcode"])
     if opcode == wire.Opcode.PROBE:
@@ -140,11 +149,89 @@ def _expected(job, peers, config, srv6, memory, ts) -> bytes:
     return frame.encode()[:-4]
 
 
+RESPONSES = (wire.Opcode.SACK, wire.Opcode.NACK, wire.Opcode.ACK)
+
+
+def _random_response(rng, srv6_build):
+    plane = rng.randrange(PLANES)
+    ev = rng.randrange(1 << 32)
+    pr = int(rng.random() < 0.25)
+    return {
+        "record": {
+            "opcode": rng.choice(RESPONSES),
+            "ev": ev,
+            "qp": rng.randrange(QPS),
+            "seth": {
+                "m": rng.randrange(3),
+                "pr": pr,
+                "ack_psn_offset": rng.randrange(-(1 << 15), 1 << 15),
+                "cack_psn": rng.randrange(1 << 24),
+                "sack_offset": rng.randrange(-(1 << 15), 1 << 15),
+                "sack_bitmap": rng.randrange(1 << 64),
+            },
+            "cc": {
+                "tx_timestamp": rng.randrange(1 << 16),
+                "ooo_count": rng.choice([rng.randrange(1 << 15), 0x7FFF, 0x8000, rng.randrange(1 << 16)]),
+                "rcvd_bytes": rng.randrange(1 << 24),
+            },
+            "neth": {
+                "nack_reason": rng.randrange(256),
+                "nack_psn": rng.randrange(1 << 24),
+                "tx_timestamp": rng.randrange(1 << 16),
+            },
+            "aeth": {"syndrome": rng.choice([0x1F, 0x61, 0x62, 0x63]), "msn": rng.randrange(1 << 24)},
+        },
+        "plane": plane,
+        "route_ev": (ev & ((1 << 29) - 1)) | plane << 29,  # the answered EV, naming the port it leaves on
+        **({"outer_dst": rng.randrange(1 << 128)} if srv6_build else {}),
+    }
+
+
+def _expected_response(response, peers, config, srv6) -> bytes:
+    """The frame the builder must send for ``response``: the codec's control frame, no ICRC."""
+    rec, plane = response["record"], response["plane"]
+    peer = peers[rec["qp"]]
+    addressing = _addressing(config, plane, peer, response.get("outer_dst"), srv6)
+    ids = {"entropy": rec["ev"], "spdcid": peer["qpn"] & 0xFFFF, "dpdcid": peer["peer_qpn"] & 0xFFFF}
+    opcode = wire.Opcode(rec["opcode"])
+    if opcode == wire.Opcode.SACK:
+        s, c = rec["seth"], rec["cc"]
+        headers = [
+            wire.Seth(
+                m=s["m"],
+                pr=s["pr"],
+                ack_psn_offset=s["ack_psn_offset"],
+                cack_psn=s["cack_psn"],
+                sack_offset=s["sack_offset"],
+                sack_bitmap=s["sack_bitmap"],
+                **ids,
+            ),
+            wire.CcState(
+                tx_timestamp=c["tx_timestamp"],
+                ooo_count=min(c["ooo_count"], 0x7FFF),
+                rcvd_bytes=c["rcvd_bytes"],
+            ),
+        ]
+    elif opcode == wire.Opcode.NACK:
+        n = rec["neth"]
+        headers = [
+            wire.Neth(
+                nack_reason=n["nack_reason"], nack_psn=n["nack_psn"], tx_timestamp=n["tx_timestamp"], **ids
+            )
+        ]
+    else:
+        headers = [wire.Aeth(**rec["aeth"])]
+    frame = wire.control_frame(
+        addressing, ev=response["route_ev"], opcode=opcode, headers=headers, dest_qp=peer["peer_qpn"]
+    )
+    return frame.encode()[:-4]
+
+
 @pytest.mark.parametrize(
-    "w, srv6_build, srv6_register",
-    [(4, True, True), (4, False, True), (8, True, False)],
+    "w, srv6_build, srv6_register, responses",
+    [(4, True, True, True), (4, False, True, True), (8, True, False, True), (8, False, True, False)],
 )
-def test_header_builder(w, srv6_build, srv6_register):
+def test_header_builder(w, srv6_build, srv6_register, responses):
     seed = random.randrange(1 << 30)
     print(f"seed {seed}")
     rng = random.Random(seed)
@@ -156,14 +243,17 @@ def test_header_builder(w, srv6_build, srv6_register):
         lookahead=2,
         srv6=srv6_build,
         addr_width=ADDR_WIDTH,
+        responses=responses,
     )
     srv6 = srv6_build and srv6_register
     config = _config(srv6_register)
     peers = _peers(rng)
     memory = rng.randbytes(1 << ADDR_WIDTH)
-    jobs = [_random_job(rng, w) for _ in range(32)]
+    jobs = [_random_job(rng, w) for _ in range(20)]
+    resps = [_random_response(rng, srv6_build) for _ in range(12 if responses else 0)]
+    count = len(jobs) + len(resps)
     commands, planes_taken, packets = [], [], []
-    error_beats, dma_errors = [], []
+    error_beats, dma_errors, resp_stats = [], [], []
     now_start = 0xFFFF - 300  # wraps during the run
 
     async def clock(ctx):
@@ -176,13 +266,20 @@ def test_header_builder(w, srv6_build, srv6_register):
 
     async def peer_table(ctx):
         """The QP context's read port: ``peer`` follows ``peer_qp`` in the same cycle."""
-        async for (qp,) in ctx.changed(dut.peer_qp):
+        ctx.set(dut.peer, peers[0])  # peer_qp starts at 0
+        while True:
+            (qp,) = await ctx.changed(dut.peer_qp)
             ctx.set(dut.peer, peers[qp])
 
     async def feed_jobs(ctx):
         ctx.set(dut.config, config)
         for job in jobs:
             await stream_put(ctx, dut.job, job, stall=0.3, rng=rng)
+
+    async def feed_responses(ctx):
+        """Each record stays offered until the builder takes it (a stream's source holds its payload)."""
+        for response in resps:
+            await stream_put(ctx, dut.response, response, stall=0.5, rng=rng)
 
     async def dma(ctx):
         """Serves the payload reads in order, beats at their memory lanes, some flagged with an error."""
@@ -202,18 +299,24 @@ def test_header_builder(w, srv6_build, srv6_register):
                 await stream_put(ctx, dut.dma_data, {**beat, "error": error}, stall=0.3, rng=rng)
 
     async def take_planes(ctx):
-        for _ in jobs:
+        for _ in range(count):
             while rng.random() < 0.3:
                 await ctx.tick()
             ctx.set(dut.packet_plane.ready, 1)
-            record, now = (
-                await ctx.tick().sample(dut.packet_plane.payload, dut.now_ts).until(dut.packet_plane.valid)
-            )
+            sampled = dut.packet_plane.payload, dut.now_ts, *([dut.response_room] if responses else [])
+            record, now, *room = await ctx.tick().sample(*sampled).until(dut.packet_plane.valid)
             ctx.set(dut.packet_plane.ready, 0)
-            planes_taken.append((int(record.plane), int(record.beats), now))
+            planes_taken.append((int(record.plane), int(record.beats), now, room[0] if room else None))
+
+    async def plane_rooms(ctx):
+        """Each plane's room for a response comes and goes."""
+        while True:
+            ctx.set(dut.response_room, rng.randrange(1 << PLANES))
+            for _ in range(rng.randint(1, 20)):  # not tick().repeat(): it is left hanging at the end
+                await ctx.tick()
 
     async def take_packets(ctx):
-        for _ in jobs:
+        for _ in range(count):
             octets, beats = bytearray(), 0
             while True:
                 beat = await stream_get(ctx, dut.packet, stall=0.3, rng=rng)
@@ -225,29 +328,47 @@ def test_header_builder(w, srv6_build, srv6_register):
             packets.append(bytes(octets))
         await ctx.tick().repeat(2)
         dma_errors.append(ctx.get(dut.stat_dma_errors))
+        if responses:
+            resp_stats.extend(ctx.get(getattr(dut, f"stat_{k}")) for k in ("sacks", "nacks", "acks"))
 
     run(
         dut,
         feed_jobs,
+        *([feed_responses] if responses else []),
         dma,
         take_planes,
         take_packets,
-        processes=[clock, peer_table],
-        name=f"header_builder_{w}_{int(srv6_build)}{int(srv6_register)}",
+        processes=[clock, peer_table, *([plane_rooms] if responses else [])],
+        name=f"header_builder_{w}_{int(srv6_build)}{int(srv6_register)}{int(responses)}",
         deadline=2e-3,
     )
-    assert len(packets) == len(jobs), f"{len(packets)} of {len(jobs)} packets out by the deadline"
+    assert len(packets) == count, f"{len(packets)} of {count} packets out by the deadline"
     writes = [j for j in jobs if j["descriptor"]["opcode"] != wire.Opcode.PROBE]
     assert commands == [(j["descriptor"]["local_addr"], j["descriptor"]["length"]) for j in writes]
-    timestamps = []
-    for n, (job, packet, (plane, beats, now)) in enumerate(zip(jobs, packets, planes_taken, strict=True)):
+    timestamps, next_job, next_resp, order = [], 0, 0, ""
+    for n, (packet, (plane, beats, now, room)) in enumerate(zip(packets, planes_taken, strict=True)):
+        timestamps.append(now)
+        if next_resp < len(resps) and packet == _expected_response(resps[next_resp], peers, config, srv6):
+            assert plane == resps[next_resp]["plane"], f"packet {n}: response announced on plane {plane}"
+            assert beats == response_beats(w) >= -(-(len(packet) + 4) // w)
+            assert room >> plane & 1, f"packet {n}: a response started without room on its plane"
+            next_resp, order = next_resp + 1, order + "r"
+            continue
+        assert next_job < len(jobs), f"packet {n} is neither the next response nor a job"
+        job = jobs[next_job]
         assert plane == job["plane"], f"packet {n}: announced on plane {plane}"
         want = _expected(job, peers, config, srv6, memory, now)
         assert packet == want, f"packet {n} ({wire.Opcode(job['descriptor']['opcode']).name}) differs"
         assert beats >= -(-(len(packet) + 4) // w), f"packet {n}: room for {beats} beats reserved"
         assert beats == packet_beats_bound(job["descriptor"]["length"], w)
-        timestamps.append(now)
+        next_job, order = next_job + 1, order + "j"
+    print(f"packets in order (j: job, r: response): {order}")
+    assert (next_job, next_resp) == (len(jobs), len(resps))
     # The clock moved under the run, so the send times differ: they were not all taken at one moment.
-    assert len(set(timestamps)) == len(jobs)
+    assert len(set(timestamps)) == count
     assert any(ts >= now_start for ts in timestamps) and any(ts < now_start for ts in timestamps), "no wrap"
     assert dma_errors == [sum(error_beats)]
+    if responses:
+        sent = [sum(r["record"]["opcode"] == k for r in resps) for k in RESPONSES]
+        assert resp_stats == sent
+        assert "jr" in order and "rj" in order, "responses and jobs never interleaved"
