@@ -40,19 +40,39 @@ async def stream_get(ctx, stream, *, stall: float = 0.0, rng: random.Random | No
     return payload
 
 
+class _DeadlinePassed(Exception):
+    pass
+
+
 def run(dut, *testbenches, processes=(), name: str = "sim", deadline: float | None = None) -> None:
-    """Simulate ``dut`` with a 100 MHz ``sync`` clock until every testbench returns."""
+    """Simulate ``dut`` with a 100 MHz ``sync`` clock until every testbench returns, or until
+    ``deadline`` (seconds of simulated time) if that comes first: then the simulation just stops, and
+    the test's own checks find what did not happen (``Simulator.run_until`` would always run to it)."""
     sim = Simulator(dut)
     sim.add_clock(CLOCK_PERIOD)
     for process in processes:
         sim.add_process(process)
     for bench in testbenches:
         sim.add_testbench(bench)
+    if deadline is not None:
+
+        async def watchdog(ctx):
+            await ctx.delay(deadline)
+            raise _DeadlinePassed
+
+        sim.add_process(watchdog)
+
+    def simulate():
+        try:
+            sim.run()
+        except _DeadlinePassed:
+            pass
+
     if os.environ.get("WAVES", "0") not in ("", "0"):
         path = Path("build") / "pysim" / f"{name}.vcd"
         path.parent.mkdir(parents=True, exist_ok=True)
         with sim.write_vcd(str(path)):
-            sim.run_until(deadline) if deadline else sim.run()
+            simulate()
         print(f"[pysim] waveform: {path}")
     else:
-        sim.run_until(deadline) if deadline else sim.run()
+        simulate()

@@ -249,12 +249,12 @@ def test_header_builder(w, srv6_build, srv6_register, responses):
     config = _config(srv6_register)
     peers = _peers(rng)
     memory = rng.randbytes(1 << ADDR_WIDTH)
-    jobs = [_random_job(rng, w) for _ in range(20)]
-    resps = [_random_response(rng, srv6_build) for _ in range(12 if responses else 0)]
+    jobs = [_random_job(rng, w) for _ in range(32)]
+    resps = [_random_response(rng, srv6_build) for _ in range(24 if responses else 0)]
     count = len(jobs) + len(resps)
     commands, planes_taken, packets = [], [], []
     error_beats, dma_errors, resp_stats = [], [], []
-    now_start = 0xFFFF - 300  # wraps during the run
+    now_start = 0xFFFF - 200  # wraps during the run
 
     async def clock(ctx):
         """``now_ts`` moves by one every cycle (a real clock moves once per 128 ns: this is harder)."""
