@@ -473,7 +473,7 @@ def test_against_reference(n, planes, backups, requests):
                     ev ^= 1 << rng.randrange(32)  # stale
                 elif s >= n and len(responses) > requests // 2:
                     continue  # second half: not restored, the backups run out and losses reach the guard
-            elif event in (Ev.DENY, Ev.RESTORE) and in_slots and rng.random() < 0.5:
+            elif event in (Ev.DENY, Ev.RESTORE) and in_slots and rng.random() < 0.9:
                 q, s, ev = probed.pop(rng.choice(in_slots))  # the host takes over a probed slot
             else:
                 q, s = rng.randrange(qps), rng.randrange(n)
