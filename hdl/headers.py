@@ -356,7 +356,9 @@ def beat_stack(
 
 
 OOO_COUNT_MAX = 0x7FFF  # CC_STATE ooo_count is 15 bits on the wire, saturating (docs/protocol.md §7.2)
-CONTROL_EXTENSION_BYTES = 28 + 8  # the longest: SETH + CC_STATE (NETH 20, AETH 4)
+# Bytes after the BTH of each control frame: SETH + CC_STATE, NETH, AETH (docs/protocol.md §4).
+CONTROL_EXTENSION_LENGTHS = {Opcode.SACK: 28 + 8, Opcode.NACK: 20, Opcode.ACK: 4}
+CONTROL_EXTENSION_BYTES = max(CONTROL_EXTENSION_LENGTHS.values())
 
 
 def control_extension(m: Module, record, own_qpn: Value, peer_qpn: Value) -> Value:

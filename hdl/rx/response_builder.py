@@ -83,7 +83,7 @@ from ..tx.source_router import RouteTemplateLayout, route_configure_members, spe
 __all__ = ["MAX_FRAME_BYTES", "ResponseBuilder", "output_layout", "peer_layout", "response_layout"]
 
 # Extension bytes after the BTH: SETH + CC_STATE (28 + 8), NETH (20), AETH (4).
-EXT_BYTES = {Opcode.SACK: 36, Opcode.NACK: 20, Opcode.ACK: 4}
+EXT_BYTES = hdr.CONTROL_EXTENSION_LENGTHS
 # Largest frame without ICRC: SRv6 SACK (§2.3: 154 bytes with the ICRC).
 MAX_FRAME_BYTES = 14 + 40 + 40 + 8 + 12 + max(EXT_BYTES.values())
 assert MAX_FRAME_BYTES == MAX_CONTROL_FRAME_BYTES

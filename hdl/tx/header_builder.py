@@ -54,8 +54,6 @@ PLANE_BEATS_BITS = 14
 L4_OVERHEAD = 8 + 12 + 4 + 4 + 16 + 4
 # A probe after that IPv6 header: UDP, BTH, PETH and the ICRC.
 PROBE_L4_LENGTH = 8 + 12 + 16 + 4
-# A response's extension headers after the BTH: SETH + CC_STATE, NETH, AETH (docs/protocol.md §4).
-RESPONSE_EXT_BYTES = {Opcode.SACK: 28 + 8, Opcode.NACK: 20, Opcode.ACK: 4}
 
 
 def packet_beats_bound(length, data_width: int):
@@ -262,10 +260,11 @@ class HeaderBuilder(wiring.Component):
             resp_plane, resp_ev, resp_outer_dst = 0, 0, 0
         is_sack = rec.opcode == Opcode.SACK
         is_nack = rec.opcode == Opcode.NACK
+        ext_lengths = hdr.CONTROL_EXTENSION_LENGTHS
         resp_ext_len = Mux(
             is_sack,
-            RESPONSE_EXT_BYTES[Opcode.SACK],
-            Mux(is_nack, RESPONSE_EXT_BYTES[Opcode.NACK], RESPONSE_EXT_BYTES[Opcode.ACK]),
+            ext_lengths[Opcode.SACK],
+            Mux(is_nack, ext_lengths[Opcode.NACK], ext_lengths[Opcode.ACK]),
         )
         plane = Mux(resp_on, resp_plane, job.plane)
         ev = Mux(resp_on, resp_ev, job.ev)
