@@ -61,8 +61,11 @@ __all__ = ["BOARD_NIC", "NicBoard", "board_nic_parameters"]
 # The NIC configuration of the boards: 1 Gb/s planes need little of the core (8 bytes per beat at the
 # core clock is several times the line rate), so the tables are sized for the small ECP5s. Two payload
 # reads ahead hide the on-chip host memory's few cycles, and keep the parked jobs (about 500 bits each)
-# in flip-flops: four took 123 LUT-RAM blocks, 738 logic cells (docs/boards.md).
-BOARD_NIC = dict(data_width=8, qps=2, ev_slots=8, backups=1, window=64, mrs=4, destinations=2, lookahead=2)
+# in flip-flops: four took 123 LUT-RAM blocks, 738 logic cells (docs/boards.md). The ports append and check
+# the ICRC an octet per cycle, far smaller than the core's 4- or 8-byte ICRC engines (``port_icrc``).
+BOARD_NIC = dict(
+    data_width=8, qps=2, ev_slots=8, backups=1, window=64, mrs=4, destinations=2, lookahead=2, port_icrc=1
+)
 
 
 def board_nic_parameters(memory_size: int, nic: dict | None = None) -> dict:
@@ -123,7 +126,10 @@ class NicBoard(wiring.Component):
         self._bridge = UartBridge(reg_addr_width=16, mem_addr_width=32, timeout=uart_timeout)
         self._ports = [
             EthernetPort(
-                data_width=self.nic_params["data_width"], max_frame=max_frame, rx_domain=f"eth_rx{p}"
+                data_width=self.nic_params["data_width"],
+                max_frame=max_frame,
+                rx_domain=f"eth_rx{p}",
+                icrc=bool(self.nic_params["port_icrc"]),
             )
             for p in range(planes)
         ]

@@ -50,12 +50,21 @@ from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from mrcnic.wire.constants import IPPROTO_IPV6, IPPROTO_ROUTING
 from mrcnic.wire.icrc import ICRC_MASKED_OFFSETS, ICRC_PREFIX, ICRC_RESIDUE
 
 from .crc import crc32_rewind, crc32_step, crc32_update
 
 __all__ = [
     "ICRC_PREFIX_REGISTER",
+    "IPPROTO_IPV6",
+    "IPPROTO_ROUTING",
+    "NEXT_HEADER_AT",
+    "SKIP_SINGLE",
+    "SKIP_SRH_BASE",
+    "SKIP_SRV6",
+    "SRH_EXT_LEN_AT",
+    "skip_for",
     "ICRC_RESIDUE_REGISTER",
     "IcrcEngine",
     "IcrcInputLayout",
@@ -69,6 +78,25 @@ ICRC_PREFIX_REGISTER = crc32_step(0xFFFFFFFF, ICRC_PREFIX)
 ICRC_RESIDUE_REGISTER = ICRC_RESIDUE ^ 0xFFFFFFFF
 
 SKIP_WIDTH = 16
+
+# Where a received frame's coverage starts, from the frame itself (docs/protocol.md §2.3, §8): the
+# frame offsets it depends on, and the uncovered octets in front of the covered IPv6 header.
+NEXT_HEADER_AT = 14 + 6  # first IPv6 header's Next Header
+SRH_EXT_LEN_AT = 14 + 40 + 1  # SRH hdr_ext_len, when the SRH follows the outer IPv6 header
+SKIP_SINGLE = 14  # Ethernet
+SKIP_SRV6 = 14 + 40  # Ethernet + outer IPv6
+SKIP_SRH_BASE = 14 + 40 + 8  # ... + SRH fixed part; + 8 * hdr_ext_len segment bytes
+
+
+def skip_for(frame: bytes) -> int:
+    """The uncovered leading octets of ``frame`` (the Python model of the receive side's rule)."""
+    next_header = frame[NEXT_HEADER_AT] if len(frame) > NEXT_HEADER_AT else None
+    if next_header == IPPROTO_IPV6:
+        return SKIP_SRV6
+    if next_header == IPPROTO_ROUTING:
+        ext_len = frame[SRH_EXT_LEN_AT] if len(frame) > SRH_EXT_LEN_AT else 0
+        return SKIP_SRH_BASE + 8 * ext_len
+    return SKIP_SINGLE
 
 
 def covered_byte_rules() -> dict[int, tuple[int, int]]:

@@ -106,7 +106,10 @@ class MrcNic(wiring.Component):
     (payload reads the TX header builder runs ahead, ``TxPipeline``'s), ``addr_width`` (host addresses:
     ``m_axi``'s, and the local addresses in every descriptor; a board with on-chip host memory needs only
     its size's bits. Nothing is cut short: the queue engine refuses buffers past ``2**addr_width`` and
-    the validator regions past it, docs/host-interface.md).
+    the validator regions past it, docs/host-interface.md), ``port_icrc`` (the Ethernet ports append and
+    check the ICRC, one octet per cycle, ``mrcnic.hdl.eth.octet_icrc``, as the boards' NICs do: frames
+    leave on ``m_axis`` without it, and ``s_axis[p].tuser`` is a received frame's verdict on its last
+    beat; the core then has no ICRC logic of its own).
     """
 
     def __init__(
@@ -123,8 +126,10 @@ class MrcNic(wiring.Component):
         clock_hz: float = 250e6,
         lookahead: int = 4,
         addr_width: int = 64,
+        port_icrc: bool = False,
     ):
         self.data_width, self.planes, self.qps, self.ev_slots = data_width, planes, qps, ev_slots
+        self.port_icrc = port_icrc
         self.addr_width = addr_width
         self.backups, self.window, self.mrs, self.destinations = backups, window, mrs, destinations
         self.clock_hz = clock_hz
@@ -140,6 +145,7 @@ class MrcNic(wiring.Component):
             lookahead=lookahead,
             control_in=True,
             addr_width=addr_width,
+            append_icrc=not port_icrc,
         )
         # The receive side's SACKs, NACKs and ACKs go out through the transmit pipeline, which appends
         # their ICRC with the one it has for data: one ICRC inserter, not two (docs/boards.md).
@@ -153,6 +159,7 @@ class MrcNic(wiring.Component):
             clock_hz=clock_hz,
             control_to_tx=True,
             addr_width=addr_width,
+            port_icrc=port_icrc,
         )
         self._tracker = TxTracker(qps=qps, window=window, ev_slots=ev_slots)
         self._prober = Prober(qps=qps, ev_slots=ev_slots, targets=self._tx._paths.targets)
@@ -168,7 +175,7 @@ class MrcNic(wiring.Component):
             return round(microseconds * 1000 / 128)
 
         members = {
-            "s_axis": In(AxiStreamSignature(data_width)).array(planes),
+            "s_axis": In(AxiStreamSignature(data_width, user_width=int(port_icrc))).array(planes),
             "m_axis": Out(AxiStreamSignature(data_width)).array(planes),
             "m_axi": Out(Axi4Signature(addr_width=addr_width, data_width_bytes=data_width)),
             # -- host requests and configuration (the host interface of issue 7 will drive these)

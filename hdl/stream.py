@@ -5,6 +5,9 @@ Inside the core a packet stream is an ``amaranth.lib.stream`` whose payload is
 [7:0], ``keep`` marks valid bytes (contiguous from byte 0; all ones except possibly on the last beat),
 ``last`` marks the final beat of a packet. At top-level boundaries the same stream is exposed with
 AXI-stream names (``tdata/tkeep/tlast/tvalid/tready``) so cocotbext-axi binds to it directly.
+
+A stream may carry ``user`` bits besides (``user_width``, AXI's ``tuser``): per-packet sideband that is
+meaningful on the ``last`` beat, such as the Ethernet port's ICRC verdict (:mod:`mrcnic.hdl.eth.octet_icrc`).
 """
 
 from __future__ import annotations
@@ -25,38 +28,46 @@ __all__ = [
 
 
 class PacketLayout(data.StructLayout):
-    def __init__(self, data_width: int):
+    def __init__(self, data_width: int, user_width: int = 0):
         if data_width < 1 or data_width & (data_width - 1):
             raise ValueError(f"data_width must be a power of two number of bytes, not {data_width}")
-        self.data_width = data_width
-        super().__init__({"data": 8 * data_width, "keep": data_width, "last": 1})
+        self.data_width, self.user_width = data_width, user_width
+        user = {"user": user_width} if user_width else {}
+        super().__init__({"data": 8 * data_width, "keep": data_width, "last": 1, **user})
 
 
-def PacketStream(data_width: int) -> stream.Signature:
-    """A packet stream of ``data_width`` bytes per beat."""
-    return stream.Signature(PacketLayout(data_width))
+def PacketStream(data_width: int, user_width: int = 0) -> stream.Signature:
+    """A packet stream of ``data_width`` bytes per beat (and ``user_width`` sideband bits)."""
+    return stream.Signature(PacketLayout(data_width, user_width))
 
 
 class AxiStreamSignature(wiring.Signature):
-    """AXI4-Stream (source side) with byte-granular ``tkeep`` and ``tlast``."""
+    """AXI4-Stream (source side) with byte-granular ``tkeep`` and ``tlast`` (and ``tuser`` when
+    ``user_width`` > 0)."""
 
-    def __init__(self, data_width: int):
-        self.data_width = data_width
+    def __init__(self, data_width: int, user_width: int = 0):
+        self.data_width, self.user_width = data_width, user_width
         super().__init__(
             {
                 "tdata": Out(8 * data_width),
                 "tkeep": Out(data_width),
                 "tlast": Out(1),
+                **({"tuser": Out(user_width)} if user_width else {}),
                 "tvalid": Out(1),
                 "tready": In(1),
             }
         )
 
     def __eq__(self, other):
-        return isinstance(other, AxiStreamSignature) and other.data_width == self.data_width
+        return (
+            isinstance(other, AxiStreamSignature)
+            and other.data_width == self.data_width
+            and other.user_width == self.user_width
+        )
 
     def __repr__(self):
-        return f"AxiStreamSignature({self.data_width})"
+        user = f", user_width={self.user_width}" if self.user_width else ""
+        return f"AxiStreamSignature({self.data_width}{user})"
 
 
 def axis_to_stream(m: Module, axis, packets) -> None:
@@ -68,6 +79,8 @@ def axis_to_stream(m: Module, axis, packets) -> None:
         packets.valid.eq(axis.tvalid),
         axis.tready.eq(packets.ready),
     ]
+    if axis.signature.user_width:
+        m.d.comb += packets.payload.user.eq(axis.tuser)
 
 
 def stream_to_axis(m: Module, packets, axis) -> None:
@@ -79,6 +92,8 @@ def stream_to_axis(m: Module, packets, axis) -> None:
         axis.tvalid.eq(packets.valid),
         packets.ready.eq(axis.tready),
     ]
+    if axis.signature.user_width:
+        m.d.comb += axis.tuser.eq(packets.payload.user)
 
 
 def low_lanes(count, width: int):

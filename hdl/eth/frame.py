@@ -53,10 +53,12 @@ def check_max_frame(max_frame: int) -> int:
 
 
 class ByteLayout(data.StructLayout):
-    """One byte of a frame; ``last`` marks the frame's final byte."""
+    """One byte of a frame; ``last`` marks the frame's final byte; ``user`` (``user_width`` > 0 only): the
+    frame's sideband bits, meaningful on its ``last`` byte (the ICRC verdict on the receive side)."""
 
-    def __init__(self):
-        super().__init__({"data": 8, "last": 1})
+    def __init__(self, user_width: int = 0):
+        self.user_width = user_width
+        super().__init__({"data": 8, "last": 1, **({"user": user_width} if user_width else {})})
 
 
 class RxOutcome(enum.Enum, shape=3):

@@ -8,12 +8,12 @@ store-and-forward buffers and the MAC (IEEE Std 802.3-2022 clauses 3 and 4 over 
 ::
 
     core domain              │ tx domain (125 MHz, local)
-    s_axis ► AsyncFIFO ──────┼─► ByteSerializer ► FIFO ► TxBuffer (ring) ► TxMac ───► gmii.txd/tx_en/tx_er
+    s_axis ► AsyncFIFO ──────┼─► ByteSerializer ► FIFO ► TxBuffer (ring) ► [IcrcAppender] ► TxMac ─► gmii.txd
                              │                                        │ status
     counters ◄ PortCounters ◄┼── AsyncFIFO ◄── {sent, dropped} ◄──────┘
                       ▲      │ rx domain (125 MHz, from the PHY)
                       └──────┼── AsyncFIFO ◄── RxBuffer status ◄┐
-    m_axis ◄ AsyncFIFO ◄─────┼── BytePacker ◄ FIFO ◄ RxBuffer (ring) ◄─┴ RxMac ◄────── gmii.rxd/rx_dv/rx_er
+    m_axis ◄ AsyncFIFO ◄─────┼── BytePacker ◄ [IcrcChecker] ◄ FIFO ◄ RxBuffer (ring) ◄─┴ RxMac ◄── gmii.rxd
 
 Members:
 
@@ -29,7 +29,10 @@ Parameters: ``data_width`` (octets per beat, as the core's), ``max_frame`` (octe
 (octets), ``tx_buffer_bytes`` / ``rx_buffer_bytes`` (ring sizes, at least ``max_frame``: a power of two, or
 whole 2048-octet block RAMs; default the smallest such), ``cdc_depth`` (beats of each data FIFO between the
 domains), ``core_domain`` / ``tx_domain`` / ``rx_domain`` (clock domain names; the domains are defined
-elsewhere: the board's clocking for the core and TX, the PHY interface for RX).
+elsewhere: the board's clocking for the core and TX, the PHY interface for RX), ``icrc`` (the port
+appends each sent frame's RoCEv2 ICRC after the TX ring and checks each received frame's after the RX
+ring, one octet per cycle, :mod:`mrcnic.hdl.eth.octet_icrc`: the core then sends frames without their
+ICRC, and ``m_axis.tuser`` is 1 on a received frame's last beat when its ICRC is good).
 
 Behaviour:
 
@@ -64,6 +67,7 @@ from .frame import (
     check_max_frame,
 )
 from .gmii import GmiiSignature
+from .octet_icrc import ICRC_BYTES, IcrcAppender, IcrcChecker
 from .packet_ring import BANK_DEPTH, ring_depth_ok
 from .rx_buffer import RxBuffer
 from .rx_mac import RxMac
@@ -104,8 +108,10 @@ class EthernetPort(wiring.Component):
         core_domain: str = "sync",
         tx_domain: str = "eth_tx",
         rx_domain: str = "eth_rx",
+        icrc: bool = False,
     ):
         self.data_width = data_width
+        self.icrc = icrc
         self.max_frame = check_max_frame(max_frame)
         if ifg < 1:
             raise ValueError(f"ifg must be at least 1, not {ifg}")
@@ -117,7 +123,7 @@ class EthernetPort(wiring.Component):
         super().__init__(
             {
                 "s_axis": In(AxiStreamSignature(data_width)),
-                "m_axis": Out(AxiStreamSignature(data_width)),
+                "m_axis": Out(AxiStreamSignature(data_width, user_width=int(icrc))),
                 "gmii": Out(GmiiSignature()),
                 **{name: Out(32) for name in COUNTERS},
             }
@@ -138,6 +144,7 @@ class EthernetPort(wiring.Component):
         m = Module()
         core, tx, rx = self.core_domain, self.tx_domain, self.rx_domain
         beat = PacketLayout(self.data_width)
+        rx_beat = PacketLayout(self.data_width, user_width=int(self.icrc))
 
         # -- TX: core -> tx domain -> octets -> ring -> MAC ---------------------------------------------
         m.submodules.tx_fifo = tx_fifo = fifo.AsyncFIFOBuffered(
@@ -153,7 +160,9 @@ class EthernetPort(wiring.Component):
             self.s_axis.tready.eq(tx_fifo.w_rdy),
         ]
         serializer = ByteSerializer(self.data_width)
-        tx_buffer = TxBuffer(depth=self.tx_buffer_bytes, max_frame=self.max_frame)
+        # With the ICRC appended after the ring, the ring's frames are four octets shorter on the wire.
+        ring_frame = self.max_frame - ICRC_BYTES if self.icrc else self.max_frame
+        tx_buffer = TxBuffer(depth=self.tx_buffer_bytes, max_frame=ring_frame)
         tx_mac = TxMac(ifg=self.ifg)
         to_tx = DomainRenamer(tx)
         m.submodules.serializer = to_tx(serializer)
@@ -170,7 +179,12 @@ class EthernetPort(wiring.Component):
             fifo.SyncFIFOBuffered(width=SerialByteLayout().size, depth=4)
         )
         self._connect_fifo(m, serializer.o, tx_octets, tx_buffer.i)
-        wiring.connect(m, tx_buffer.o, tx_mac.i)
+        if self.icrc:
+            m.submodules.icrc_appender = appender = to_tx(IcrcAppender())
+            wiring.connect(m, tx_buffer.o, appender.i)
+            wiring.connect(m, appender.o, tx_mac.i)
+        else:
+            wiring.connect(m, tx_buffer.o, tx_mac.i)
         m.d.comb += [
             self.gmii.txd.eq(tx_mac.txd),
             self.gmii.tx_en.eq(tx_mac.tx_en),
@@ -180,7 +194,7 @@ class EthernetPort(wiring.Component):
         # -- RX: MAC -> ring -> beats -> core domain ----------------------------------------------------
         rx_mac = RxMac(max_frame=self.max_frame)
         rx_buffer = RxBuffer(depth=self.rx_buffer_bytes)
-        packer = BytePacker(self.data_width)
+        packer = BytePacker(self.data_width, user_width=int(self.icrc))
         to_rx = DomainRenamer(rx)
         m.submodules.rx_mac = to_rx(rx_mac)
         m.submodules.rx_buffer = to_rx(rx_buffer)
@@ -192,11 +206,16 @@ class EthernetPort(wiring.Component):
         ]
         wiring.connect(m, rx_mac.o, rx_buffer.i)
         m.submodules.rx_octets = rx_octets = to_rx(fifo.SyncFIFOBuffered(width=ByteLayout().size, depth=4))
-        self._connect_fifo(m, rx_buffer.o, rx_octets, packer.i)
+        if self.icrc:
+            m.submodules.icrc_checker = checker = to_rx(IcrcChecker())
+            self._connect_fifo(m, rx_buffer.o, rx_octets, checker.i)
+            wiring.connect(m, checker.o, packer.i)
+        else:
+            self._connect_fifo(m, rx_buffer.o, rx_octets, packer.i)
         m.submodules.rx_fifo = rx_fifo = fifo.AsyncFIFOBuffered(
-            width=beat.size, depth=self.cdc_depth + 1, w_domain=rx, r_domain=core
+            width=rx_beat.size, depth=self.cdc_depth + 1, w_domain=rx, r_domain=core
         )
-        rx_out = Signal(beat)
+        rx_out = Signal(rx_beat)
         m.d.comb += [
             rx_fifo.w_data.eq(packer.o.payload),
             rx_fifo.w_en.eq(packer.o.valid),
@@ -208,6 +227,8 @@ class EthernetPort(wiring.Component):
             self.m_axis.tvalid.eq(rx_fifo.r_rdy),
             rx_fifo.r_en.eq(self.m_axis.tready),
         ]
+        if self.icrc:
+            m.d.comb += self.m_axis.tuser.eq(rx_out.user)
 
         # -- Status records -> counters in the core domain ----------------------------------------------
         m.submodules.counters = counters = DomainRenamer(core)(PortCounters())

@@ -13,6 +13,8 @@ octet per cycle there is exactly the line rate, whereas the core's clock may be 
 * :class:`BytePacker`: In(stream of :class:`~mrcnic.hdl.eth.frame.ByteLayout`), Out(packet stream):
   ``data_width`` octets per beat from lane 0, a frame's last beat partial (``keep`` contiguous from
   lane 0), following :mod:`mrcnic.hdl.stream`. Takes an octet per cycle as long as the output is taken.
+  With ``user_width``, each beat carries the ``user`` bits of its last octet (a frame's last beat: those
+  of the frame's last octet, the port's ICRC verdict).
 """
 
 from __future__ import annotations
@@ -101,14 +103,15 @@ class ByteSerializer(wiring.Component):
 
 
 class BytePacker(wiring.Component):
-    """Parameter: ``data_width`` (octets per output beat, a power of two)."""
+    """Parameters: ``data_width`` (octets per output beat, a power of two), ``user_width`` (sideband bits
+    per octet: a beat carries those of its last octet)."""
 
-    def __init__(self, data_width: int):
-        self.data_width = data_width
+    def __init__(self, data_width: int, user_width: int = 0):
+        self.data_width, self.user_width = data_width, user_width
         super().__init__(
             {
-                "i": In(stream.Signature(ByteLayout())),
-                "o": Out(PacketStream(data_width)),
+                "i": In(stream.Signature(ByteLayout(user_width))),
+                "o": Out(PacketStream(data_width, user_width)),
             }
         )
 
@@ -134,6 +137,8 @@ class BytePacker(wiring.Component):
                     self.o.payload.last.eq(self.i.payload.last),
                     lane.eq(0),
                 ]
+                if self.user_width:
+                    m.d.sync += self.o.payload.user.eq(self.i.payload.user)
             with m.Else():
                 m.d.sync += [acc.word_select(lane, 8).eq(byte), lane.eq(lane + 1)]
 

@@ -75,6 +75,7 @@ class MrcNicTop(wiring.Component):
         clock_hz: int = 250_000_000,
         lookahead: int = 4,
         addr_width: int = 64,
+        port_icrc: bool = False,
     ):
         params = dict(
             data_width=data_width,
@@ -90,8 +91,9 @@ class MrcNicTop(wiring.Component):
         )
         self.params = params
         self.caps = Capabilities(**{**params, "clock_hz": int(clock_hz)})
-        # How far the TX header builder's payload reads run ahead: not a capability the host sees.
-        self._core = MrcNic(**params, lookahead=lookahead)
+        # How far the TX header builder's payload reads run ahead, and whether the Ethernet ports handle
+        # the ICRC: not capabilities the host sees.
+        self._core = MrcNic(**params, lookahead=lookahead, port_icrc=bool(port_icrc))
         self._engine = QueueEngine(qps=qps, data_width=data_width, addr_width=addr_width, id_width=ID_WIDTH)
         # The register file sees the core's and the engine's ports by name (the core's where both have
         # one: its streams are the tables' targets).
@@ -112,7 +114,7 @@ class MrcNicTop(wiring.Component):
                 "m_axi": Out(
                     Axi4Signature(addr_width=addr_width, data_width_bytes=data_width, id_width=ID_WIDTH + 1)
                 ),
-                "s_axis": In(AxiStreamSignature(data_width)).array(planes),
+                "s_axis": In(AxiStreamSignature(data_width, user_width=int(bool(port_icrc)))).array(planes),
                 "m_axis": Out(AxiStreamSignature(data_width)).array(planes),
                 "path_trace": Out(core["path_trace"].shape),
                 "path_trace_valid": Out(1),

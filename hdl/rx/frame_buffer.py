@@ -87,7 +87,17 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..icrc import IcrcEngine
+from ..icrc import (
+    IPPROTO_IPV6,
+    IPPROTO_ROUTING,
+    NEXT_HEADER_AT,
+    SKIP_SINGLE,
+    SKIP_SRH_BASE,
+    SKIP_SRV6,
+    SRH_EXT_LEN_AT,
+    IcrcEngine,
+    skip_for,
+)
 from ..stream import PacketLayout, PacketStream
 from ..stream_packer import StreamPacker
 
@@ -95,25 +105,6 @@ __all__ = ["FrameBuffer", "FrameRecordLayout", "ReleaseLayout", "skip_for"]
 
 FrameRecordLayout = data.StructLayout({"icrc_ok": 1, "length": 16, "oversize": 1})
 ReleaseLayout = data.StructLayout({"discard": 1, "offset": 16, "length": 16})
-
-# Frame offsets the ICRC skip depends on (docs/protocol.md §2.3, §8).
-NEXT_HEADER_AT = 14 + 6  # first IPv6 header's Next Header
-SRH_EXT_LEN_AT = 14 + 40 + 1  # SRH hdr_ext_len, when the SRH follows the outer IPv6 header
-SKIP_SINGLE = 14  # Ethernet
-SKIP_SRV6 = 14 + 40  # Ethernet + outer IPv6
-SKIP_SRH_BASE = 14 + 40 + 8  # ... + SRH fixed part; + 8 * hdr_ext_len segment bytes
-IPPROTO_UDP, IPPROTO_IPV6, IPPROTO_ROUTING = 17, 41, 43
-
-
-def skip_for(frame: bytes) -> int:
-    """The ``skip`` the buffer feeds the ICRC engine for ``frame`` (the Python model of the hardware)."""
-    next_header = frame[NEXT_HEADER_AT] if len(frame) > NEXT_HEADER_AT else None
-    if next_header == IPPROTO_IPV6:
-        return SKIP_SRV6
-    if next_header == IPPROTO_ROUTING:
-        ext_len = frame[SRH_EXT_LEN_AT] if len(frame) > SRH_EXT_LEN_AT else 0
-        return SKIP_SRH_BASE + 8 * ext_len
-    return SKIP_SINGLE
 
 
 def _keep_count(keep, width: int):
@@ -139,6 +130,7 @@ class FrameBuffer(wiring.Component):
         max_frame_bytes: int = 4096 + 256,
         depth_frames: int = 2,
         record_depth: int = 16,
+        icrc_from_user: bool = False,
     ):
         if not 1 <= data_width <= 64 or data_width & (data_width - 1):
             raise ValueError(f"data_width must be a power of two from 1 to 64 bytes, not {data_width}")
@@ -152,12 +144,13 @@ class FrameBuffer(wiring.Component):
         self.depth_frames = depth_frames
         self.depth_beats = 1 << (depth_frames * self.max_frame_beats - 1).bit_length()
         self.record_depth = record_depth
+        self.icrc_from_user = icrc_from_user
         # Beats up to and including the one holding byte 55, plus one so a beat can enter while the
         # head leaves (SyncFIFO's w_rdy ignores a simultaneous read).
         self.delay_beats = SRH_EXT_LEN_AT // data_width + 2
         super().__init__(
             {
-                "i": In(PacketStream(data_width)),
+                "i": In(PacketStream(data_width, user_width=int(icrc_from_user))),
                 "frame": Out(stream.Signature(FrameRecordLayout)),
                 "release": In(stream.Signature(ReleaseLayout)),
                 "payload": Out(PacketStream(data_width)),
@@ -176,7 +169,10 @@ class FrameBuffer(wiring.Component):
         max_bytes, max_beats = self.max_frame_bytes, self.max_frame_beats
 
         pointer = addr_bits + 1  # ring pointers with a wrap bit
-        meta_layout = data.StructLayout({"end": pointer, "stored": 16, "length": 16, "oversize": 1})
+        verdict = {"icrc_ok": 1} if self.icrc_from_user else {}  # else the engine's result FIFO has it
+        meta_layout = data.StructLayout(
+            {"end": pointer, "stored": 16, "length": 16, "oversize": 1, **verdict}
+        )
         record_layout = data.StructLayout({"end": pointer, "stored": 16})
 
         m.submodules.memory = memory = Memory(shape=8 * width, depth=self.depth_beats, init=[])
@@ -186,9 +182,6 @@ class FrameBuffer(wiring.Component):
         m.submodules.records = records = fifo.SyncFIFOBuffered(
             width=record_layout.size, depth=self.record_depth
         )
-        m.submodules.delay = delay = fifo.SyncFIFO(width=PacketLayout(width).size, depth=self.delay_beats)
-        m.submodules.skips = skips = fifo.SyncFIFO(width=16, depth=self.delay_beats)
-        m.submodules.icrc = icrc = IcrcEngine(width, result_depth=self.record_depth)
         m.submodules.packer = packer = StreamPacker(width)
 
         write_ptr = Signal(pointer)
@@ -198,17 +191,16 @@ class FrameBuffer(wiring.Component):
         beat = self.i.payload
         beat_index = Signal(range(max_beats + 1))  # beats of the current frame so far, saturating
         length = Signal(16)  # bytes of the current frame so far, saturating
-        next_header = Signal(8)
-        skip_decided = Signal()
 
         store = Signal()
         room = Signal()
         accept = Signal()
+        icrc_ready = Signal()  # the ICRC path can take a beat
         m.d.comb += [
             store.eq(beat_index < max_beats),
             # Occupancy (write - free, modulo 2 * depth) is at most depth; below depth iff its top bit is 0.
             room.eq(~(write_ptr - free_ptr)[addr_bits]),
-            self.i.ready.eq(delay.w_rdy & skips.w_rdy & meta.w_rdy & (~store | room)),
+            self.i.ready.eq(meta.w_rdy & (~store | room) & icrc_ready),
             accept.eq(self.i.valid & self.i.ready),
         ]
 
@@ -227,43 +219,25 @@ class FrameBuffer(wiring.Component):
             oversize.eq(length_next > max_bytes),
         ]
 
-        # The skip is decided at the beat holding byte 55 (the SRH length) or at `last`, whichever comes
-        # first; byte 20 was seen by then (or the frame is too short for its value to matter).
-        def lane_byte(offset):
-            return beat.data.word_select(offset % width, 8)
-
-        nh_beat, ext_beat = NEXT_HEADER_AT // width, SRH_EXT_LEN_AT // width
-        nh_now = Mux(beat_index == nh_beat, lane_byte(NEXT_HEADER_AT), next_header)
-        ext_len = lane_byte(SRH_EXT_LEN_AT)
-        skip = Signal(16)
-        with m.Switch(nh_now):
-            with m.Case(IPPROTO_IPV6):
-                m.d.comb += skip.eq(SKIP_SRV6)
-            with m.Case(IPPROTO_ROUTING):
-                m.d.comb += skip.eq(SKIP_SRH_BASE + (ext_len << 3))
-            with m.Default():
-                m.d.comb += skip.eq(SKIP_SINGLE)
-        decide = ~skip_decided & (beat.last | (beat_index == ext_beat))
-        m.d.comb += [
-            skips.w_data.eq(skip),
-            skips.w_en.eq(accept & decide),
-            delay.w_data.eq(beat.as_value()),
-            delay.w_en.eq(accept),
-        ]
+        if self.icrc_from_user:
+            # The port checked the ICRC: its verdict comes with the frame's last beat.
+            m.d.comb += icrc_ready.eq(1)
+            icrc_result = stream.Signature(data.StructLayout({"residue_ok": 1})).create()
+            m.d.comb += [
+                icrc_result.valid.eq(1),
+                icrc_result.payload.residue_ok.eq(meta_layout(meta.r_data).icrc_ok),
+            ]
+        else:
+            engine_ready, icrc_result = self._icrc_engine(m, beat, beat_index, accept)
+            m.d.comb += icrc_ready.eq(engine_ready)
 
         with m.If(accept):
             with m.If(store):
                 m.d.sync += write_ptr.eq(write_ptr + 1)
-            with m.If(beat_index == nh_beat):
-                m.d.sync += next_header.eq(lane_byte(NEXT_HEADER_AT))
             with m.If(beat.last):
-                m.d.sync += [beat_index.eq(0), length.eq(0), skip_decided.eq(0)]
+                m.d.sync += [beat_index.eq(0), length.eq(0)]
             with m.Else():
-                m.d.sync += [
-                    beat_index.eq(Mux(store, beat_index + 1, beat_index)),
-                    length.eq(length_next),
-                    skip_decided.eq(skip_decided | decide),
-                ]
+                m.d.sync += [beat_index.eq(Mux(store, beat_index + 1, beat_index)), length.eq(length_next)]
 
         meta_in = Signal(meta_layout)
         m.d.comb += [
@@ -271,6 +245,7 @@ class FrameBuffer(wiring.Component):
             meta_in.stored.eq(Mux(oversize, max_bytes, length_next)),
             meta_in.length.eq(length_next),
             meta_in.oversize.eq(oversize),
+            *([meta_in.icrc_ok.eq(beat.user)] if self.icrc_from_user else []),
             meta.w_data.eq(meta_in),
             meta.w_en.eq(accept & beat.last),
         ]
@@ -280,34 +255,18 @@ class FrameBuffer(wiring.Component):
                 self.stat_oversize.eq(self.stat_oversize + oversize),
             ]
 
-        # -- ICRC: the delay line feeds the engine once the head frame's skip is known -------------------
-        head = PacketLayout(width)(delay.r_data)
-        at_first = Signal(init=1)  # the delay line's head beat starts a frame
-        head_ready = delay.r_rdy & (~at_first | skips.r_rdy)
-        m.d.comb += [
-            icrc.i.valid.eq(head_ready),
-            icrc.i.payload.data.eq(head.data),
-            icrc.i.payload.keep.eq(head.keep),
-            icrc.i.payload.last.eq(head.last),
-            icrc.i.payload.skip.eq(skips.r_data),
-            delay.r_en.eq(head_ready & icrc.i.ready),
-            skips.r_en.eq(head_ready & icrc.i.ready & at_first),
-        ]
-        with m.If(head_ready & icrc.i.ready):
-            m.d.sync += at_first.eq(head.last)
-
         # -- frame records: the meta entry and the ICRC result of the same frame --------------------------
         meta_out = meta_layout(meta.r_data)
         record_in = Signal(record_layout)
         frame_go = Signal()
         m.d.comb += [
-            self.frame.valid.eq(meta.r_rdy & icrc.o.valid & records.w_rdy),
-            self.frame.payload.icrc_ok.eq(icrc.o.payload.residue_ok & ~meta_out.oversize),
+            self.frame.valid.eq(meta.r_rdy & icrc_result.valid & records.w_rdy),
+            self.frame.payload.icrc_ok.eq(icrc_result.payload.residue_ok & ~meta_out.oversize),
             self.frame.payload.length.eq(meta_out.length),
             self.frame.payload.oversize.eq(meta_out.oversize),
             frame_go.eq(self.frame.valid & self.frame.ready),
             meta.r_en.eq(frame_go),
-            icrc.o.ready.eq(frame_go),
+            icrc_result.ready.eq(frame_go),
             record_in.end.eq(meta_out.end),
             record_in.stored.eq(meta_out.stored),
             records.w_data.eq(record_in),
@@ -396,3 +355,58 @@ class FrameBuffer(wiring.Component):
 
         wiring.connect(m, packer.o, wiring.flipped(self.payload))
         return m
+
+    def _icrc_engine(self, m, beat, beat_index, accept):
+        """The ICRC engine behind its delay line; returns (the input may take a beat, the results)."""
+        width = self.data_width
+        m.submodules.delay = delay = fifo.SyncFIFO(width=PacketLayout(width).size, depth=self.delay_beats)
+        m.submodules.skips = skips = fifo.SyncFIFO(width=16, depth=self.delay_beats)
+        m.submodules.icrc = icrc = IcrcEngine(width, result_depth=self.record_depth)
+        next_header = Signal(8)
+        skip_decided = Signal()
+
+        # The skip is decided at the beat holding byte 55 (the SRH length) or at `last`, whichever comes
+        # first; byte 20 was seen by then (or the frame is too short for its value to matter).
+        def lane_byte(offset):
+            return beat.data.word_select(offset % width, 8)
+
+        nh_beat, ext_beat = NEXT_HEADER_AT // width, SRH_EXT_LEN_AT // width
+        nh_now = Mux(beat_index == nh_beat, lane_byte(NEXT_HEADER_AT), next_header)
+        ext_len = lane_byte(SRH_EXT_LEN_AT)
+        skip = Signal(16)
+        with m.Switch(nh_now):
+            with m.Case(IPPROTO_IPV6):
+                m.d.comb += skip.eq(SKIP_SRV6)
+            with m.Case(IPPROTO_ROUTING):
+                m.d.comb += skip.eq(SKIP_SRH_BASE + (ext_len << 3))
+            with m.Default():
+                m.d.comb += skip.eq(SKIP_SINGLE)
+        decide = ~skip_decided & (beat.last | (beat_index == ext_beat))
+        m.d.comb += [
+            skips.w_data.eq(skip),
+            skips.w_en.eq(accept & decide),
+            delay.w_data.eq(beat.as_value()),
+            delay.w_en.eq(accept),
+        ]
+
+        with m.If(accept):
+            with m.If(beat_index == nh_beat):
+                m.d.sync += next_header.eq(lane_byte(NEXT_HEADER_AT))
+            m.d.sync += skip_decided.eq(Mux(beat.last, 0, skip_decided | decide))
+
+        # -- ICRC: the delay line feeds the engine once the head frame's skip is known -------------------
+        head = PacketLayout(width)(delay.r_data)
+        at_first = Signal(init=1)  # the delay line's head beat starts a frame
+        head_ready = delay.r_rdy & (~at_first | skips.r_rdy)
+        m.d.comb += [
+            icrc.i.valid.eq(head_ready),
+            icrc.i.payload.data.eq(head.data),
+            icrc.i.payload.keep.eq(head.keep),
+            icrc.i.payload.last.eq(head.last),
+            icrc.i.payload.skip.eq(skips.r_data),
+            delay.r_en.eq(head_ready & icrc.i.ready),
+            skips.r_en.eq(head_ready & icrc.i.ready & at_first),
+        ]
+        with m.If(head_ready & icrc.i.ready):
+            m.d.sync += at_first.eq(head.last)
+        return delay.w_rdy & skips.w_rdy, icrc.o

@@ -68,7 +68,9 @@ class RxPipeline(wiring.Component):
     (host addresses, ``m_axi``'s: regions past ``2**addr_width`` are refused, see ``Validator``),
     ``control_to_tx`` (False: the control frames leave complete on ``m_axis[p]``; True: they leave
     without their ICRC on one stream, ``control`` (``{data, keep, last, plane}``), for the transmit
-    pipeline to finish and send with its own ICRC inserter, as ``mrcnic.hdl.nic`` does)."""
+    pipeline to finish and send with its own ICRC inserter, as ``mrcnic.hdl.nic`` does), ``port_icrc``
+    (the Ethernet ports check the ICRC, ``mrcnic.hdl.eth.octet_icrc``: ``s_axis[p].tuser`` is the verdict
+    on a frame's last beat, and the frame buffer has no ICRC engine)."""
 
     def __init__(
         self,
@@ -83,16 +85,18 @@ class RxPipeline(wiring.Component):
         clock_hz: float = 250e6,
         control_to_tx: bool = False,
         addr_width: int = 64,
+        port_icrc: bool = False,
     ):
         self.data_width, self.planes, self.qps, self.mrs = data_width, planes, qps, mrs
         self.addr_width = addr_width
         self.control_to_tx = control_to_tx
+        self.port_icrc = port_icrc
         self.destinations, self.window, self.buffer_frames = destinations, window, buffer_frames
         self.clock_hz = clock_hz
         us = round(clock_hz / 1e6)
         super().__init__(
             {
-                "s_axis": In(AxiStreamSignature(data_width)).array(planes),
+                "s_axis": In(AxiStreamSignature(data_width, user_width=int(port_icrc))).array(planes),
                 **(
                     {"control": Out(stream.Signature(output_layout(data_width, planes)))}
                     if control_to_tx
@@ -131,11 +135,14 @@ class RxPipeline(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         w, planes, qps = self.data_width, self.planes, self.qps
-        m.submodules.arbiter = arbiter = PlaneArbiter(data_width=w, planes=planes)
+        user = int(self.port_icrc)
+        m.submodules.arbiter = arbiter = PlaneArbiter(data_width=w, planes=planes, user_width=user)
         m.submodules.parser = parser = HeaderParser(
             data_width=w, planes=planes, port_addresses=self.destinations > 0
         )
-        m.submodules.buffer = buffer = FrameBuffer(data_width=w, depth_frames=self.buffer_frames)
+        m.submodules.buffer = buffer = FrameBuffer(
+            data_width=w, depth_frames=self.buffer_frames, icrc_from_user=self.port_icrc
+        )
         # The parsed records between the parser and the validator, in flip-flops. The engine takes a
         # frame every ~13 cycles: up to 8 bytes a beat a header alone takes longer to arrive, so one
         # record is enough (bench-rx: the same cycle counts at 8 bytes, 256 B and 4 KiB frames; about
@@ -169,7 +176,7 @@ class RxPipeline(wiring.Component):
 
         # -- frames in: arbiter, then the parser and the buffer side by side ------------------------
         for p in range(planes):
-            inbound = PacketStream(w).create(path=("inbound", str(p)))
+            inbound = PacketStream(w, user).create(path=("inbound", str(p)))
             axis_to_stream(m, self.s_axis[p], inbound)
             wiring.connect(m, inbound, arbiter.i[p])
         beat = arbiter.o
@@ -181,6 +188,8 @@ class RxPipeline(wiring.Component):
                 sink.valid.eq(beat.valid & other.ready),
             ]
         m.d.comb += beat.ready.eq(parser.i.ready & buffer.i.ready)
+        if user:  # the port's ICRC verdict, for the buffer's frame record
+            m.d.comb += buffer.i.payload.user.eq(beat.payload.user)
         m.d.comb += [
             parser.udp_ports.eq(self.udp_ports),
             parser.dscp_trimmed.eq(self.dscp_trimmed),

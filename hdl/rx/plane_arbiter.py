@@ -19,24 +19,25 @@ from ..tx.layouts import bits_for
 __all__ = ["PlaneArbiter", "PlanePacketLayout"]
 
 
-def PlanePacketLayout(data_width: int, planes: int) -> data.StructLayout:
-    """A packet-stream beat (``data``, ``keep``, ``last``) tagged with its ``plane``."""
-    fields = dict(PacketLayout(data_width).members)
+def PlanePacketLayout(data_width: int, planes: int, user_width: int = 0) -> data.StructLayout:
+    """A packet-stream beat (``data``, ``keep``, ``last``, ``user``) tagged with its ``plane``."""
+    fields = dict(PacketLayout(data_width, user_width).members)
     fields["plane"] = bits_for(planes)
     return data.StructLayout(fields)
 
 
 class PlaneArbiter(wiring.Component):
-    """Members: ``i`` (one packet stream per plane), ``o`` (packets with their ``plane``)."""
+    """Members: ``i`` (one packet stream per plane), ``o`` (packets with their ``plane``). Parameter
+    ``user_width``: sideband bits per beat, passed along."""
 
-    def __init__(self, *, data_width: int, planes: int):
+    def __init__(self, *, data_width: int, planes: int, user_width: int = 0):
         if planes < 1:
             raise ValueError(f"need at least one plane, not {planes}")
-        self.data_width, self.planes = data_width, planes
+        self.data_width, self.planes, self.user_width = data_width, planes, user_width
         super().__init__(
             {
-                "i": In(PacketStream(data_width)).array(planes),
-                "o": Out(stream.Signature(PlanePacketLayout(data_width, planes))),
+                "i": In(PacketStream(data_width, user_width)).array(planes),
+                "o": Out(stream.Signature(PlanePacketLayout(data_width, planes, user_width))),
             }
         )
 
@@ -67,6 +68,7 @@ class PlaneArbiter(wiring.Component):
                     self.o.payload.data.eq(self.i[p].payload.data),
                     self.o.payload.keep.eq(self.i[p].payload.keep),
                     self.o.payload.last.eq(self.i[p].payload.last),
+                    *([self.o.payload.user.eq(self.i[p].payload.user)] if self.user_width else []),
                     self.o.valid.eq(self.i[p].valid),
                     self.i[p].ready.eq(self.o.ready),
                 ]

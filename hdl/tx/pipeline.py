@@ -99,7 +99,9 @@ class TxPipeline(wiring.Component):
     the queue in flip-flops instead of LUT RAM, enough for on-chip host memory), ``addr_width`` (host
     addresses, ``m_axi``'s: local addresses are that wide in every descriptor), ``control_in`` (True:
     ``control`` takes the receive side's control frames, without their ICRC, into this pipeline's ICRC
-    inserter and plane FIFOs; see "Control frames" in the module docstring).
+    inserter and plane FIFOs; see "Control frames" in the module docstring), ``append_icrc`` (False:
+    frames leave without their ICRC, for Ethernet ports that append it, ``mrcnic.hdl.eth.octet_icrc``;
+    no ICRC inserter is built).
     """
 
     def __init__(
@@ -117,8 +119,10 @@ class TxPipeline(wiring.Component):
         lookahead: int = 4,
         control_in: bool = False,
         addr_width: int = 64,
+        append_icrc: bool = True,
     ):
         self.data_width, self.planes, self.qps = data_width, planes, qps
+        self.append_icrc = append_icrc
         self.addr_width = addr_width
         self.control_in = control_in
         # A control frame's beats, its ICRC included (packed: it starts on lane 0).
@@ -209,7 +213,6 @@ class TxPipeline(wiring.Component):
         )
         m.submodules.dma = dma = DmaReader(data_width=w, addr_width=aw)
         m.submodules.packer = packer = StreamPacker(w)
-        m.submodules.icrc = icrc = IcrcInserter(data_width=w)
         m.submodules.demux = demux = PlaneDemux(
             data_width=w,
             planes=planes,
@@ -247,7 +250,6 @@ class TxPipeline(wiring.Component):
             builder.config.eq(self.config),
             builder.now_ts.eq(self.now_ts),
             demux.queue_limit.eq(self.plane_queue_beats),
-            icrc.skip.eq(Mux(srv6, 54, 14)),  # Ethernet (+ outer IPv6 in SRv6 mode) is not covered
             self.stat_rejected_wr.eq(seg.stat_rejected),
             self.stat_flushed_wr.eq(seg.stat_flushed),
             self.stat_dma_errors.eq(builder.stat_dma_errors),
@@ -418,7 +420,14 @@ class TxPipeline(wiring.Component):
         wiring.connect(m, dma.data, builder.dma_data)
         wiring.connect(m, wiring.flipped(self.m_axi), dma.axi)
         wiring.connect(m, builder.packet, packer.i)
-        wiring.connect(m, icrc.o, demux.i)
+        if self.append_icrc:
+            m.submodules.icrc = icrc = IcrcInserter(data_width=w)
+            # Ethernet (+ outer IPv6 in SRv6 mode) is not covered
+            m.d.comb += icrc.skip.eq(Mux(srv6, 54, 14))
+            wiring.connect(m, icrc.o, demux.i)
+            framed = icrc.i  # where whole frames go: the inserter, or straight to the demux
+        else:
+            framed = demux.i
         # The plane of each packet is known when the builder loads its header, but the demux holds it
         # until the packet's last beat is through: a short queue decouples the two.
         m.submodules.plane_order = plane_order = fifo.SyncFIFOBuffered(
@@ -430,9 +439,9 @@ class TxPipeline(wiring.Component):
             plane_order.r_en.eq(demux.plane.ready),
         ]
         if self.control_in:
-            self._merge_control_frames(m, builder, packer, icrc, demux, plane_order)
+            self._merge_control_frames(m, builder, packer, framed, demux, plane_order)
         else:
-            wiring.connect(m, packer.o, icrc.i)
+            wiring.connect(m, packer.o, framed)
             m.d.comb += [
                 plane_order.w_data.eq(builder.packet_plane.payload),
                 plane_order.w_en.eq(builder.packet_plane.valid),
@@ -442,9 +451,10 @@ class TxPipeline(wiring.Component):
             stream_to_axis(m, demux.o[p], self.m_axis[p])
         return m
 
-    def _merge_control_frames(self, m, builder, packer, icrc, demux, plane_order):
-        """Data packets (from the packer) and control frames (``control``) into the ICRC inserter, a
-        whole frame at a time; each frame's ``{plane, beats}`` goes into ``plane_order`` as it starts.
+    def _merge_control_frames(self, m, builder, packer, framed, demux, plane_order):
+        """Data packets (from the packer) and control frames (``control``) into ``framed`` (the ICRC
+        inserter, or the demux when the ports append the ICRC), a whole frame at a time; each frame's
+        ``{plane, beats}`` goes into ``plane_order`` as it starts.
 
         A control frame starts only when its plane's FIFO has room for it (``control_room``), and claims
         that room as it starts, so the demux never waits on a full FIFO: one blocked port never stops
@@ -472,15 +482,15 @@ class TxPipeline(wiring.Component):
         use_control = Mux(in_frame, from_control, start_control)
         active = in_frame | start_control | start_data
         m.d.comb += [
-            icrc.i.valid.eq(active & Mux(use_control, control.valid, packer.o.valid)),
+            framed.valid.eq(active & Mux(use_control, control.valid, packer.o.valid)),
             *(
-                getattr(icrc.i.payload, field).eq(
+                getattr(framed.payload, field).eq(
                     Mux(use_control, getattr(control.payload, field), getattr(packer.o.payload, field))
                 )
                 for field in ("data", "keep", "last")
             ),
-            control.ready.eq(active & use_control & icrc.i.ready),
-            packer.o.ready.eq(active & ~use_control & icrc.i.ready),
+            control.ready.eq(active & use_control & framed.ready),
+            packer.o.ready.eq(active & ~use_control & framed.ready),
         ]
         with m.If(start_control):
             m.d.comb += [
@@ -502,6 +512,6 @@ class TxPipeline(wiring.Component):
                 data_planes.r_en.eq(1),
             ]
             m.d.sync += [from_control.eq(0), data_first.eq(0)]
-        passed_last = icrc.i.valid & icrc.i.ready & icrc.i.payload.last
+        passed_last = framed.valid & framed.ready & framed.payload.last
         with m.If(active):
             m.d.sync += in_frame.eq(~passed_last)

@@ -18,6 +18,8 @@ reference, tb/hdl/eth/eth_reference.py):
 * ``back_to_back``: 12-octet gaps: a TX burst goes out with exactly 12 idle octets between frames, and
   minimum-size frames received back to back (gap 12, then a PHY-shrunk gap of 5) all come through.
 * ``both_directions``: random traffic both ways at once, random backpressure on both core streams.
+* ``icrc_both_ways`` (a build with ``icrc``, 4 octets a beat): MRC frames sent without their ICRC leave
+  with it; received frames carry the ICRC verdict in ``tuser``.
 * ``rx_overflow`` (small-buffer build): the core stops taking frames; frames that do not fit are
   dropped whole and counted, those kept come out intact once the core takes frames again, and
   traffic then flows normally.
@@ -47,6 +49,7 @@ from mrcnic.hdl.eth.rgmii import RgmiiPhy, RgmiiPinsSignature
 from mrcnic.hdl.stream import AxiStreamSignature
 
 from support.cocotb_runner import dut_params, run_cocotb
+from support.mrc_frames import flip_covered_byte, icrc_ok_model, random_write, with_srh
 
 CORE_NS = 10  # 100 MHz core clock
 TX_PS = 8000  # 125 MHz
@@ -65,7 +68,7 @@ class PortBench(wiring.Component):
         super().__init__(
             {
                 "s_axis": In(AxiStreamSignature(width)),
-                "m_axis": Out(AxiStreamSignature(width)),
+                "m_axis": Out(AxiStreamSignature(width, user_width=int(self._port.icrc))),
                 "rgmii": Out(RgmiiPinsSignature()),
                 "eth_tx_clk": In(1),
                 "eth_tx_rst": In(1),
@@ -339,9 +342,58 @@ async def rx_overflow(dut):
     assert capacity <= kept <= capacity + 2, f"{kept} frames of {size} octets kept"
 
 
+@cocotb.test()
+async def icrc_both_ways(dut):
+    """Built with ``icrc``: MRC frames from the core leave with the codec's ICRC appended (and scapy's,
+    for single-IPv6 ones); received frames reach the core unchanged with ``tuser`` on their last beat
+    = the ICRC verdict of the Python model (good, a covered byte flipped, SRHs, random non-MRC frames)."""
+    from scapy.contrib.roce import BTH
+    from scapy.layers.inet6 import IPv6
+
+    tb = Bench(dut)
+    await tb.reset()
+    tb.backpressure(source_idle=0.2, sink_stall=0.4)
+    rng = tb.rng
+
+    def mrc_frame():
+        frame = random_write(rng, rng.random() < 0.5, payload_max=rng.choice([64, 1500]))
+        if frame.outer is not None and rng.random() < 0.3:
+            frame = with_srh(frame, rng, rng.randrange(5))
+        return frame.encode()
+
+    tx_frames = [mrc_frame() for _ in range(30)]
+    for raw in tx_frames:
+        tb.source.send_nowait(AxiStreamFrame(raw[:-4]))
+        tb.expected.sent(raw)
+    rx_frames = []
+    for _ in range(60):
+        kind = rng.random()
+        if kind < 0.5:
+            frame = mrc_frame()
+        elif kind < 0.8:
+            frame = flip_covered_byte(rng, mrc_frame())
+        else:
+            frame = rng.randbytes(rng.randint(14, 300))
+        rx_frames.append(await tb.receive_good(frame))
+    await tb.check_wire(tx_frames)
+    for raw in tx_frames:
+        if raw[20] == 17:  # single IPv6: scapy decodes it
+            assert raw[-4:] == IPv6(raw[14:])[BTH].compute_icrc(None)
+    verdicts = []
+    for k, frame in enumerate(rx_frames):
+        got = await with_timeout(tb.sink.recv(), 2000, "us")
+        assert bytes(got.tdata) == frame, f"RX frame {k} ({len(frame)} octets) differs"
+        user = got.tuser if isinstance(got.tuser, int) else got.tuser[-1]
+        verdicts.append(user)
+        assert user == icrc_ok_model(frame), f"RX frame {k}: tuser {user}"
+    assert 0 < sum(verdicts) < len(verdicts)
+    await tb.check_counters()
+
+
 # -- pytest side -------------------------------------------------------------------------------------
 MAIN = {"data_width": 8, "max_frame": 9216}
 SMALL = {"data_width": 8, "max_frame": 1522, "rx_buffer_bytes": 2048, "tx_buffer_bytes": 2048}
+ICRC = {"data_width": 4, "max_frame": 4242, "icrc": True}
 
 
 @pytest.mark.parametrize("testcase", ["tx_sweep", "rx_sweep", "rx_faults", "back_to_back", "both_directions"])
@@ -352,3 +404,13 @@ def test_eth_port(testcase):
 @pytest.mark.parametrize("testcase", ["rx_overflow", "rx_faults"])
 def test_eth_port_small(testcase):
     run_cocotb(lambda: PortBench(**SMALL), name="eth_port", module=__name__, params=SMALL, testcase=testcase)
+
+
+def test_eth_port_icrc():
+    run_cocotb(
+        lambda: PortBench(**ICRC),
+        name="eth_port_icrc",
+        module=__name__,
+        params=ICRC,
+        testcase="icrc_both_ways",
+    )

@@ -87,18 +87,24 @@ def test_serializer_rate():
 
 
 @pytest.mark.parametrize("width", [4, 8])
-def test_packer(width):
+def test_packer(width, user_width=0):
     rng = new_rng("packer")
-    dut = BytePacker(width)
+    dut = BytePacker(width, user_width)
     frames = [
         rng.randbytes(rng.choice([1, width - 1, width, width + 1, rng.randint(1, 50)])) for _ in range(80)
     ]
-    received = []
+    users = [[rng.getrandbits(user_width) for _ in frame] for frame in frames]
+    received, received_users = [], []
 
     async def source(ctx):
-        for frame in frames:
+        for frame, user in zip(frames, users, strict=True):
             for k, byte in enumerate(frame):
-                await stream_put(ctx, dut.i, {"data": byte, "last": k == len(frame) - 1}, stall=0.2, rng=rng)
+                payload = {
+                    "data": byte,
+                    "last": k == len(frame) - 1,
+                    **({"user": user[k]} if user_width else {}),
+                }
+                await stream_put(ctx, dut.i, payload, stall=0.2, rng=rng)
 
     async def sink(ctx):
         for _ in frames:
@@ -110,8 +116,16 @@ def test_packer(width):
                 assert count == width or beat.last, "a partial beat before the frame's last"
                 octets += beat.data.to_bytes(width, "little")[:count]
                 if beat.last:
+                    if user_width:
+                        received_users.append(beat.user)
                     break
             received.append(bytes(octets))
 
     run(dut, source, sink, name=f"packer{width}")
     assert received == frames
+    if user_width:  # a frame's last beat carries its last octet's user bits (the port's ICRC verdict)
+        assert received_users == [user[-1] for user in users]
+
+
+def test_packer_user_bits():
+    test_packer(4, user_width=2)

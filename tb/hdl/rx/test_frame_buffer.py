@@ -17,83 +17,30 @@ import gc
 import os
 import random
 import time
-import zlib
 
 import cocotb
 import pytest
 from cocotb.clock import Clock
 from cocotb.triggers import RisingEdge
 
-from mrcnic import wire
 from mrcnic.hdl.rx.frame_buffer import FrameBuffer, FrameRecordLayout, ReleaseLayout, skip_for
 from mrcnic.hdl.stream import PacketLayout
-from mrcnic.wire.examples import example_addressing, example_frames
-from mrcnic.wire.icrc import ICRC_MASKED_OFFSETS, ICRC_PREFIX, ICRC_RESIDUE, mask_variant_fields
+from mrcnic.wire.icrc import ICRC_MASKED_OFFSETS
 
 from support.cocotb_runner import dut_params, run_cocotb
 from support.layouts import pack, unpack
+from support.mrc_frames import (
+    flip_covered_byte,
+    icrc_ok_model,
+    mixed_frames,
+    payload_range,
+    random_write,
+    with_srh,
+)
 from support.pysim import run, stream_get, stream_put
 
 DEFAULT_MAX = 4096 + 256
 MASKS = dict(ICRC_MASKED_OFFSETS)
-
-
-# -- frames ---------------------------------------------------------------------------------------------
-def random_write(rng, srv6: bool, payload_max: int = 300, payload_len: int | None = None):
-    op = rng.choice([op for op in wire.Opcode if op.is_write])
-    ev = rng.getrandbits(32)
-    frame = wire.data_frame(
-        example_addressing(srv6, ev=ev),
-        ev=ev,
-        opcode=op,
-        dest_qp=rng.randrange(3, 1 << 24),
-        psn=rng.getrandbits(24),
-        msn=rng.getrandbits(16),
-        rqmsn=rng.getrandbits(16),
-        va=rng.getrandbits(64),
-        rkey=rng.getrandbits(32),
-        dma_length=rng.getrandbits(32),
-        payload=rng.randbytes(rng.randrange(payload_max + 1) if payload_len is None else payload_len),
-        imm=rng.getrandbits(32) if op.has_immediate else None,
-        timestamp=rng.choice([None, rng.getrandbits(16)]),
-        rtx=rng.random() < 0.5,
-        ecn=rng.randrange(4),
-    )
-    frame.ip.flow_label = rng.getrandbits(20)  # masked fields: must not matter
-    frame.udp.checksum = rng.getrandbits(16)
-    return frame
-
-
-def with_srh(frame, rng, units: int):
-    frame.srh = wire.Srh(segments_left=rng.randrange(4), last_entry=rng.randrange(4))
-    frame.srh_segments = rng.randbytes(8 * units)
-    return frame
-
-
-def flip_covered_byte(rng, raw: bytes) -> bytes:
-    """One byte changed in the ICRC coverage, in bits the ICRC does not mask."""
-    skip = skip_for(raw)
-    while True:
-        offset = rng.randrange(len(raw) - skip)
-        free_bits = ~MASKS.get(offset, 0) & 0xFF
-        if free_bits and skip + offset not in (20, 55):  # keep the coverage itself where it was
-            flipped = bytearray(raw)
-            flipped[skip + offset] ^= rng.randint(1, 255) & free_bits or free_bits & -free_bits
-            return bytes(flipped)
-
-
-def icrc_ok_model(raw: bytes) -> bool:
-    covered = raw[skip_for(raw) :]
-    return len(covered) >= 4 and zlib.crc32(ICRC_PREFIX + mask_variant_fields(covered)) == ICRC_RESIDUE
-
-
-def payload_range(raw: bytes):
-    """(offset, length) of the decoded payload of a good frame, else None."""
-    try:
-        frame = wire.decode(raw, check_icrc=True)
-    except wire.WireError:
-        return None
-    return len(raw) - 4 - len(frame.payload), len(frame.payload)
 
 
 def test_skip_model_and_real_frames():
@@ -108,51 +55,6 @@ def test_skip_model_and_real_frames():
     assert icrc_ok_model(single) and icrc_ok_model(srv6)
     assert not icrc_ok_model(flip_covered_byte(rng, srv6))
     assert skip_for(b"\x00" * 10) == 14
-
-
-def mixed_frames(rng, count: int, max_frame_bytes: int):
-    """A few of the codec's examples, then one frame of every kind below, then random kinds."""
-
-    def write():
-        return random_write(rng, rng.random() < 0.5).encode()
-
-    def srh():
-        return with_srh(random_write(rng, True), rng, rng.randrange(0, 9)).encode()
-
-    def flipped():
-        src = rng.random()
-        good = with_srh(random_write(rng, True), rng, 2) if src < 0.3 else random_write(rng, src < 0.6)
-        return flip_covered_byte(rng, good.encode())
-
-    def tiny():
-        return rng.randbytes(rng.randint(1, 60))
-
-    def prefix():  # a prefix of a real frame: Next Header 17/41/43 and an SRH length byte
-        good = with_srh(random_write(rng, True, 20), rng, rng.randrange(3)).encode()
-        return good[: rng.randint(1, 70)]
-
-    def around_max():
-        return rng.randbytes(rng.randint(max_frame_bytes - 3, max_frame_bytes + 3))
-
-    def oversize():
-        return random_write(rng, rng.random() < 0.5, payload_len=max_frame_bytes - 100).encode()
-
-    big = 5 if max_frame_bytes < 1024 else 0  # long frames: one of each below, more only when cheap
-    kinds = [
-        (write, 30),
-        (srh, 15),
-        (flipped, 15),
-        (tiny, 15),
-        (prefix, 15),
-        (around_max, big),
-        (oversize, big),
-    ]
-    examples = [f.encode() for _, f in example_frames(True)] + [f.encode() for _, f in example_frames(False)]
-    frames = rng.sample(examples, 4) + [make() for make, _ in kinds]
-    makers = [make for make, weight in kinds for _ in range(weight)]
-    frames += [rng.choice(makers)() for _ in range(count - len(frames))]
-    rng.shuffle(frames)
-    return frames
 
 
 def choose_release(rng, raw: bytes, max_frame_bytes: int):
@@ -203,9 +105,17 @@ def simulate(
     release_delay=0,
     sink_stall=None,
     seed=0,
+    verdicts=None,
 ):
-    """Run ``frames`` through a buffer with ``releases``; returns (records, payloads, stats, stalls)."""
-    dut = FrameBuffer(data_width=width, max_frame_bytes=max_frame_bytes, depth_frames=depth_frames)
+    """Run ``frames`` through a buffer with ``releases``; returns (records, payloads, stats, stalls).
+    ``verdicts``: the buffer is built with ``icrc_from_user`` and frame k's last beat carries
+    ``user`` = ``verdicts[k]`` (its other beats random bits)."""
+    dut = FrameBuffer(
+        data_width=width,
+        max_frame_bytes=max_frame_bytes,
+        depth_frames=depth_frames,
+        icrc_from_user=verdicts is not None,
+    )
     records, payloads, stats = [], [], {}
     releases_done = []
     expected_payloads = sum(1 for _, want in releases if want is not None)
@@ -213,8 +123,10 @@ def simulate(
 
     async def sender(ctx):
         local = random.Random(seed + 1)
-        for raw in frames:
+        for k, raw in enumerate(frames):
             for beat in beats_of(raw, width, local):
+                if verdicts is not None:
+                    beat["user"] = int(verdicts[k]) if beat["last"] else local.getrandbits(1)
                 while stall and local.random() < stall:
                     await ctx.tick()
                 ctx.set(dut.i.payload, beat)
@@ -279,11 +191,12 @@ def simulate(
     return records, payloads, stats, input_stalls[0]
 
 
-def check(frames, releases, records, payloads, stats, max_frame_bytes):
+def check(frames, releases, records, payloads, stats, max_frame_bytes, verdicts=None):
     assert len(records) == len(frames), f"{len(records)} of {len(frames)} records"
     for k, (raw, rec) in enumerate(zip(frames, records, strict=True)):
         oversize = len(raw) > max_frame_bytes
-        want = (int(not oversize and icrc_ok_model(raw)), min(len(raw), 0xFFFF), int(oversize))
+        good = icrc_ok_model(raw) if verdicts is None else verdicts[k]
+        want = (int(not oversize and good), min(len(raw), 0xFFFF), int(oversize))
         assert rec == want, f"frame {k} ({len(raw)} bytes {raw[:24].hex()}): record {rec}, expected {want}"
     wanted = [want for _, want in releases if want is not None]
     assert len(payloads) == len(wanted)
@@ -336,6 +249,33 @@ def test_random_frames_and_releases(config, scale=1):
     assert any(rec[0] for rec in records) and not all(rec[0] for rec in records)
     if max_frame_bytes < 512:
         assert stalls > 0, "the small memory never filled"
+
+
+@pytest.mark.parametrize("width", [4, 8])
+def test_verdicts_from_the_port(width):
+    """Built with ``icrc_from_user`` (the Ethernet ports check the ICRC): each frame's record carries the
+    ``user`` bit of its last beat (not the ICRC of its bytes), cleared for an oversize frame; the rest
+    as without, on a small memory that fills."""
+    seed = int(os.environ["SEED"]) if os.environ.get("SEED") else random.randrange(1 << 30)
+    print(f"seed {seed} (SEED={seed} reproduces)")
+    rng = random.Random(seed)
+    max_frame_bytes = 256
+    frames = mixed_frames(rng, 24, max_frame_bytes)
+    verdicts = [rng.random() < 0.5 for _ in frames]
+    releases = [choose_release(rng, raw, max_frame_bytes) for raw in frames]
+    records, payloads, stats, stalls = simulate(
+        width,
+        frames,
+        releases,
+        max_frame_bytes=max_frame_bytes,
+        seed=seed,
+        release_delay=80,
+        verdicts=verdicts,
+    )
+    check(frames, releases, records, payloads, stats, max_frame_bytes, verdicts)
+    assert stalls > 0, "the small memory never filled"
+    # The records follow the given bits, not the frames' ICRC.
+    assert verdicts != [icrc_ok_model(raw) for raw in frames]
 
 
 def test_release_before_record_waits_and_tiny_frames_back_to_back():

@@ -11,6 +11,7 @@ from mrcnic import wire
 from mrcnic.hdl.rx.parser import MAX_SRH_SEGMENT_BYTES, HeaderParser, ParseStatus
 from mrcnic.wire.examples import EXAMPLE_LOCATOR, example_addressing, example_frames
 
+from support.mrc_frames import random_write, with_srh
 from support.pysim import run, stream_get, stream_put
 
 EXT_VIEWS = {  # codec header -> (presence flag, path of its view in the record)
@@ -136,41 +137,11 @@ def _examples(srv6):
     return [frame.encode() for _, frame in example_frames(srv6)]
 
 
-def _random_write(rng, srv6, payload_max=600):
-    op = rng.choice([op for op in wire.Opcode if op.is_write])
-    ev = rng.getrandbits(32)
-    frame = wire.data_frame(
-        example_addressing(srv6, ev=ev),
-        ev=ev,
-        opcode=op,
-        dest_qp=rng.randrange(3, 1 << 24),
-        psn=rng.getrandbits(24),
-        msn=rng.getrandbits(16),
-        rqmsn=rng.getrandbits(16),
-        va=rng.getrandbits(64),
-        rkey=rng.getrandbits(32),
-        dma_length=rng.getrandbits(32),
-        payload=rng.randbytes(rng.randrange(0, payload_max + 1)),
-        imm=rng.getrandbits(32) if op.has_immediate else None,
-        timestamp=rng.choice([None, rng.getrandbits(16)]),
-        rtx=rng.random() < 0.5,
-        ack_req=rng.random() < 0.5,
-        ecn=rng.randrange(4),
-    )
-    return frame
-
-
-def _with_srh(frame, rng, units):
-    frame.srh = wire.Srh(segments_left=rng.randrange(4), last_entry=rng.randrange(4))
-    frame.srh_segments = rng.randbytes(8 * units)
-    return frame
-
-
 @pytest.mark.parametrize("w", [1, 4])
 def test_examples_and_random_writes_parse_like_decode(w):
     rng = random.Random(w)
     frames = _examples(True) if w == 1 else _examples(True) + _examples(False)
-    frames += [_random_write(rng, rng.random() < 0.5).encode() for _ in range(0 if w == 1 else 6)]
+    frames += [random_write(rng, rng.random() < 0.5, 600).encode() for _ in range(0 if w == 1 else 6)]
     for raw, rec in zip(frames, _parse(frames, w, seed=w), strict=True):
         assert wire.decode(raw)  # all good frames
         _check(raw, rec)
@@ -187,7 +158,7 @@ def test_for_us_compares_both_destinations(port_addresses):
     for srv6 in (True, False):
         for dst in (GID, other):
             for outer in (GID, *PORT_ADDRESSES, other) if srv6 else (None,):
-                for frame in (_random_write(rng, srv6, 40), example_frames(srv6)[7][1].copy()):
+                for frame in (random_write(rng, srv6, 40), example_frames(srv6)[7][1].copy()):
                     frame.ip.dst = dst
                     if srv6:
                         frame.outer.dst = outer
@@ -204,14 +175,14 @@ def test_srh_is_skipped():
     rng = random.Random(10 + w)
     frames = []
     for units in range(MAX_SRH_SEGMENT_BYTES // 8 + 1):
-        frames.append(_with_srh(_random_write(rng, True, 40), rng, units).encode())
+        frames.append(with_srh(random_write(rng, True, 40), rng, units).encode())
         _, control = rng.choice(example_frames(True)[7:])
-        frames.append(_with_srh(control.copy(), rng, units).encode())
+        frames.append(with_srh(control.copy(), rng, units).encode())
     # Bad SRHs: routing type, next header, and one longer than the parser skips.
     bad = [
         bytearray(frames[0]),
         bytearray(frames[2]),
-        _with_srh(_random_write(rng, True, 0), rng, 9).encode(),
+        with_srh(random_write(rng, True, 0), rng, 9).encode(),
     ]
     bad[0][54 + 2] = 3
     bad[1][54] = 17
@@ -226,7 +197,7 @@ def test_srh_is_skipped():
 def _malformed(srv6):
     """The malformation classes of tb/sw/test_wire.py, on a WRITE."""
     rng = random.Random(srv6)
-    good = _random_write(rng, srv6, 50).encode()
+    good = random_write(rng, srv6, 50).encode()
     ip_at = 14 + (40 if srv6 else 0)
     cases = []
 
@@ -270,7 +241,7 @@ def test_malformed_frames_get_the_reason_decode_gives():
 def test_truncated_at_every_byte():
     """Every cut of an SRv6 WRITE with an SRH (every header boundary of the longest stack)."""
     rng = random.Random(20)
-    srh = _with_srh(_random_write(rng, True, 2), rng, 2).encode()
+    srh = with_srh(random_write(rng, True, 2), rng, 2).encode()
     frames = [srh[:cut] for cut in range(1, len(srh) + 1)]
     for raw, rec in zip(frames, _parse(frames, 4, stall=0, seed=4), strict=True):
         _check(raw, rec)
@@ -282,12 +253,12 @@ def test_truncated_at_every_byte_all_stacks(w):
     rng = random.Random(20 + w)
     frames = []
     for srv6 in (True, False) if w == 4 else (True,):
-        good = _random_write(rng, srv6, 6).encode()
+        good = random_write(rng, srv6, 6).encode()
         _, sack = example_frames(srv6)[8]
         frames += [good[:cut] for cut in range(1, len(good) + 1)]
         frames += [sack.encode()[:cut] for cut in range(1, len(sack.encode()) + 1)]
         if srv6:
-            srh = _with_srh(_random_write(rng, True, 2), rng, 2).encode()
+            srh = with_srh(random_write(rng, True, 2), rng, 2).encode()
             frames += [srh[:cut] for cut in range(1, len(srh) + 1)]
     for raw, rec in zip(frames, _parse(frames, w, stall=0.1, seed=w), strict=True):
         _check(raw, rec)
@@ -316,8 +287,8 @@ def _trimmed(srv6):
         for dscp in (wire.Dscp.TRIMMED, wire.Dscp.TRIMMED_LASTHOP):
             frames.append(_trim(frame.copy(), dscp, srv6))
     for _ in range(3):
-        frames.append(_trim(_random_write(rng, srv6, 200), wire.Dscp.TRIMMED, srv6))
-    good = _random_write(rng, srv6, 200)
+        frames.append(_trim(random_write(rng, srv6, 200), wire.Dscp.TRIMMED, srv6))
+    good = random_write(rng, srv6, 200)
     good.network.dscp = wire.Dscp.TRIMMED
     raw = good.encode()
     frames += [raw[:cut] for cut in range(14 + (104 if srv6 else 64), 14 + (130 if srv6 else 90), 3)]
@@ -375,12 +346,12 @@ def _stacks(rng):
     out = []
     for stack in _STACKS:
         srv6, units = stack != "plain", stack if isinstance(stack, int) else None
-        write = _random_write(rng, srv6, 24)
+        write = random_write(rng, srv6, 24)
         control = rng.choice(controls[srv6]).copy()
-        trimmed = _random_write(rng, srv6, 24)
+        trimmed = random_write(rng, srv6, 24)
         trimmed.network.dscp = rng.choice([wire.Dscp.TRIMMED, wire.Dscp.TRIMMED_LASTHOP])
         if units is not None:
-            write, control, trimmed = (_with_srh(f, rng, units) for f in (write, control, trimmed))
+            write, control, trimmed = (with_srh(f, rng, units) for f in (write, control, trimmed))
         out.append((stack, [f.encode() for f in (write, control, trimmed)]))
     return out
 
@@ -391,9 +362,9 @@ def _capture_frames(rng, *, every_cut):
     # Long frames (the capture state must saturate, not wrap), whole and cut inside the payload.
     for stack in ("plain", "outer", 3):
         for _ in range(2):
-            frame = _random_write(rng, stack != "plain", 0)
+            frame = random_write(rng, stack != "plain", 0)
             frame.payload = rng.randbytes(rng.randrange(1500, 4000))
-            raw = (_with_srh(frame, rng, stack) if stack == 3 else frame).encode()
+            raw = (with_srh(frame, rng, stack) if stack == 3 else frame).encode()
             cut = rng.choice([len(raw), rng.randrange(len(raw) - 1000, len(raw))])
             frames.append((_cut(raw, cut), stack, "long"))
     for stack, raws in _stacks(rng):

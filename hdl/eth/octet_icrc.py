@@ -1,0 +1,219 @@
+"""The RoCEv2 ICRC in the Ethernet port, one octet per cycle: appended on transmit, checked on receive.
+
+Ref: IBTA Vol. 1 Annex A17 (RoCEv2) §A17.4.4 (ICRC); docs/protocol.md §8 (coverage and masked fields);
+``mrcnic.wire.icrc`` is the bit-exact definition; docs/ethernet.md, "ICRC in the port".
+
+In the MAC's 125 MHz domains a port moves one octet per cycle, so a CRC step there is one octet wide:
+an XOR network of about 16 inputs per register bit, where the core's :class:`~mrcnic.hdl.icrc.IcrcEngine`
+at 4 or 8 bytes a beat needs 40-96 inputs per bit, a rewind of the last beat's padding and a delay line.
+A board NIC built with ``port_icrc`` (:class:`~mrcnic.hdl.nic.MrcNic`) leaves the ICRC to its ports:
+
+* :class:`IcrcAppender` (transmit, between the TX ring and the MAC): the core's frames come without
+  their ICRC; each leaves with its four ICRC octets (least significant first) after its last octet, and
+  the FCS after them. No cycle is lost: the ICRC octets follow the frame back to back, as the MAC needs.
+* :class:`IcrcChecker` (receive, between the RX ring and the width converter): each frame goes on
+  unchanged (its ICRC included, as the core expects), and its last octet carries ``user`` = 1 when the
+  ICRC over the covered octets, its own included, leaves the CRC-32 residue.
+
+Both use :class:`OctetIcrc`, which finds the coverage from the frame itself, the rule the core's RX
+frame buffer uses (:func:`~mrcnic.hdl.icrc.skip_for`): the covered IPv6 header starts at
+octet 14, or at 54 when the first IPv6 header's Next Header (octet 20) is IPv6 (SRv6 encapsulation), or
+at 62 + 8 * ``hdr_ext_len`` (octet 55) when it is a Routing header. Octets 14-19 arrive before the Next
+Header does, so coverage starts at 14 and *starts again* (register back to 0) at 54 or past the SRH when
+the Next Header says so; a transmitter and a receiver that follow the same rule agree on every frame.
+"""
+
+from __future__ import annotations
+
+from amaranth import Cat, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from mrcnic.wire.icrc import ICRC_MASKED_OFFSETS
+
+from ..crc import crc32_update
+from ..icrc import (
+    ICRC_PREFIX_REGISTER,
+    ICRC_RESIDUE_REGISTER,
+    IPPROTO_IPV6,
+    IPPROTO_ROUTING,
+    NEXT_HEADER_AT,
+    SKIP_SINGLE,
+    SKIP_SRH_BASE,
+    SKIP_SRV6,
+    SRH_EXT_LEN_AT,
+)
+from .frame import ByteLayout
+
+__all__ = ["ICRC_BYTES", "IcrcAppender", "IcrcChecker", "OctetIcrc"]
+
+ICRC_BYTES = 4
+INDEX_BITS = 12  # octet index, saturating: past every coverage start (62 + 8 * 255 = 2102)
+
+
+class OctetIcrc(wiring.Component):
+    """The raw ICRC register of a frame, one octet per cycle.
+
+    Members: ``valid``, ``data``, ``last`` (In: an octet of a frame is taken this cycle; ``last`` ends the
+    frame), ``covered`` (Out, combinational: this octet is covered), ``stepped`` (Out, combinational: the
+    raw CRC register after this octet, when it is covered), ``register`` (Out: the register after the
+    octets taken so far; after a frame's last octet it holds the frame's final register until the next
+    frame's first octet is taken).
+    """
+
+    def __init__(self):
+        super().__init__(
+            {
+                "valid": In(1),
+                "data": In(8),
+                "last": In(1),
+                "covered": Out(1),
+                "stepped": Out(32),
+                "register": Out(32),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        masks = dict(ICRC_MASKED_OFFSETS)
+        plain_from = max(masks) + 1  # covered offsets from here on are plain data
+
+        index = Signal(INDEX_BITS)  # this octet's index in the frame (saturating)
+        start = Signal(INDEX_BITS, init=SKIP_SINGLE)  # where the coverage (re)starts
+        waiting = Signal(init=1)  # the coverage starts at `start`, later in the frame
+        srh = Signal()  # a Routing header follows the first IPv6 header: `start` comes with octet 55
+        covering = Signal()  # the coverage has started and runs on
+        offset = Signal(range(plain_from + 1))  # this octet's covered offset (saturating; 0 until covered)
+
+        covered = Signal()
+        m.d.comb += covered.eq(covering | (waiting & (index == start)))
+
+        # The register holds the prefix's value (init and eight 0xFF octets) from each frame's first octet
+        # until the coverage starts, and again when it restarts, so no multiplexer sits in front of the
+        # CRC network. The octet fed to it has the variant fields forced to ones.
+        at = {o: offset == o for o in masks}
+        crc_octet = Signal(8)
+        for bit in range(8):
+            force = [at[o] for o, or_mask in masks.items() if or_mask >> bit & 1]
+            m.d.comb += crc_octet[bit].eq(self.data[bit] | Cat(*force).any())
+        m.d.comb += [
+            self.covered.eq(covered),
+            self.stepped.eq(crc32_update(self.register, crc_octet, 1)),
+        ]
+
+        # The Next Header (octet 20) says the covered IPv6 header comes later: stop and start again there.
+        restart = Signal()
+        next_header_is = {value: self.data == value for value in (IPPROTO_IPV6, IPPROTO_ROUTING)}
+        m.d.comb += restart.eq(
+            (index == NEXT_HEADER_AT) & (next_header_is[IPPROTO_IPV6] | next_header_is[IPPROTO_ROUTING])
+        )
+        # One load condition and one enable: the register maps onto the flip-flops' set/reset and enable.
+        with m.If(self.valid & ((index == 0) | restart)):
+            m.d.sync += self.register.eq(ICRC_PREFIX_REGISTER)
+        with m.Elif(self.valid & covered):
+            m.d.sync += self.register.eq(self.stepped)
+
+        with m.If(self.valid):
+            with m.If(self.last):
+                m.d.sync += [index.eq(0), start.eq(SKIP_SINGLE), waiting.eq(1), srh.eq(0), covering.eq(0)]
+            with m.Else():
+                m.d.sync += index.eq(Mux(index.all(), index, index + 1))
+            with m.If(covered & ~self.last):
+                m.d.sync += [
+                    covering.eq(1),
+                    waiting.eq(0),
+                    offset.eq(Mux(offset == plain_from, offset, offset + 1)),
+                ]
+            with m.If(self.last | restart):
+                m.d.sync += offset.eq(0)
+            # Later assignments win: a restart stops the coverage begun at 14.
+            with m.If(restart):
+                m.d.sync += [covering.eq(0), waiting.eq(1)]
+                with m.If(next_header_is[IPPROTO_IPV6]):
+                    m.d.sync += start.eq(SKIP_SRV6)
+                with m.Else():
+                    # No index reaches this start before octet 55 replaces it.
+                    m.d.sync += [srh.eq(1), start.eq((1 << INDEX_BITS) - 1)]
+            with m.If(srh & (index == SRH_EXT_LEN_AT)):
+                m.d.sync += start.eq(SKIP_SRH_BASE + (self.data << 3))
+        return m
+
+
+class IcrcAppender(wiring.Component):
+    """Members: ``i`` (In, stream of :class:`~mrcnic.hdl.eth.frame.ByteLayout`: frames without ICRC),
+    ``o`` (Out, the same frames with their ICRC). ``o`` runs one octet per cycle while ``i`` does and
+    ``o`` is ready: a frame's ICRC octets follow its last octet in the next four cycles, during which
+    ``i`` waits."""
+
+    def __init__(self):
+        super().__init__({"i": In(stream.Signature(ByteLayout())), "o": Out(stream.Signature(ByteLayout()))})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.icrc = icrc = OctetIcrc()
+        left = Signal(range(ICRC_BYTES + 1))  # ICRC octets still to send
+        # The frame's final register stays in the engine while its ICRC octets go out.
+        icrc_le = ~icrc.register  # the ICRC, least significant octet first on the wire
+
+        with m.If(left == 0):
+            take = self.i.valid & self.o.ready
+            m.d.comb += [
+                self.o.valid.eq(self.i.valid),
+                self.o.payload.data.eq(self.i.payload.data),
+                self.i.ready.eq(self.o.ready),
+                icrc.valid.eq(take),
+                icrc.data.eq(self.i.payload.data),
+                icrc.last.eq(self.i.payload.last),
+            ]
+            with m.If(take & self.i.payload.last):
+                m.d.sync += left.eq(ICRC_BYTES)
+        with m.Else():
+            m.d.comb += [
+                self.o.valid.eq(1),
+                self.o.payload.data.eq(icrc_le.word_select((ICRC_BYTES - left).as_unsigned()[:2], 8)),
+                self.o.payload.last.eq(left == 1),
+            ]
+            with m.If(self.o.ready):
+                m.d.sync += left.eq(left - 1)
+        return m
+
+
+class IcrcChecker(wiring.Component):
+    """Members: ``i`` (In, stream of :class:`~mrcnic.hdl.eth.frame.ByteLayout`: frames with their ICRC),
+    ``o`` (Out, ``ByteLayout(user_width=1)``: the same octets; on a frame's last one, ``user`` = the
+    ICRC is good). One register stage: an octet is on ``o`` the cycle after ``i`` took it, and ``i`` takes
+    one every cycle while ``o`` is ready."""
+
+    def __init__(self):
+        super().__init__(
+            {"i": In(stream.Signature(ByteLayout())), "o": Out(stream.Signature(ByteLayout(user_width=1)))}
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.icrc = icrc = OctetIcrc()
+        # The octet waits a cycle, so its verdict compares the engine's register (flip-flops) with the
+        # residue instead of the CRC network's output: the network is not duplicated for the compare.
+        held = Signal()
+        held_covered = Signal()
+        take = Signal()
+        m.d.comb += [
+            self.i.ready.eq(~held | self.o.ready),
+            take.eq(self.i.valid & self.i.ready),
+            icrc.valid.eq(take),
+            icrc.data.eq(self.i.payload.data),
+            icrc.last.eq(self.i.payload.last),
+            self.o.valid.eq(held),
+            # Only the last octet's value matters; it is the frame's verdict.
+            self.o.payload.user.eq(held_covered & (icrc.register == ICRC_RESIDUE_REGISTER)),
+        ]
+        with m.If(take):
+            m.d.sync += [
+                held.eq(1),
+                held_covered.eq(icrc.covered),
+                self.o.payload.data.eq(self.i.payload.data),
+                self.o.payload.last.eq(self.i.payload.last),
+            ]
+        with m.Elif(self.o.ready):
+            m.d.sync += held.eq(0)
+        return m
