@@ -6,8 +6,8 @@ control); DESIGN.md "Gateware architecture".
 ::
 
     work_request ► TxPipeline ─────────────────────────────────────────► m_axis[p]
-                    ▲  ▲   ▲   │ sent        │ watch            ▲ control: RX answers (SACK/NACK/ACK)
-      retransmit,   │  │   │   ▼             ▼                  │ without ICRC, merged a frame at a time
+                    ▲  ▲   ▲   │ sent        │ watch            ▲ control: RX answers (SACK/NACK/ACK),
+      retransmit,   │  │   │   ▼             ▼                  │ routed records built between data
       psn_limit ── TxTracker   │ cwnd_open   Prober ── probe ──► (TxPipeline.probe)
             │ cc_event,        │             ▲ answers          │
             │ inflight         │             │                  │
@@ -20,11 +20,11 @@ control); DESIGN.md "Gateware architecture".
 
 One ``m_axi`` AXI4 port: the TX pipeline uses its read channels, the RX pipeline its write channels.
 Each plane port carries both the TX data frames and the RX pipeline's SACK/NACK/ACK frames. The RX
-pipeline hands its control frames to the TX pipeline without their ICRC; the TX pipeline merges them
-with its data packets a whole frame at a time in front of its ICRC inserter, so one inserter serves
-both (fewer logic cells than a second one in the response builder: docs/boards.md), and they share the
-plane FIFOs, where a control frame claims room before it starts like a data packet
-(``TxPipeline`` "Control frames").
+pipeline decides each answer and routes it (plane, addressing EV, SRv6 outer destination:
+``ResponseRouter``) and hands the record to the TX pipeline, whose header builder builds it as a
+header-only packet between data packets: one header builder and one ICRC path for every frame (fewer
+logic cells than a response builder of its own: docs/boards.md). They share the plane FIFOs, where a
+control frame claims room before it starts like a data packet (``TxPipeline`` "Control frames").
 
 Configuration enters through the ``*_configure`` streams and the registers are plain inputs with the
 defaults below; the sender-side outputs (``ack``, ``send_error``) and ``receive_completion`` are streams;

@@ -13,7 +13,7 @@ store-and-forward buffers and the MAC (IEEE Std 802.3-2022 clauses 3 and 4 over 
     counters ◄ PortCounters ◄┼── AsyncFIFO ◄── {sent, dropped} ◄──────┘
                       ▲      │ rx domain (125 MHz, from the PHY)
                       └──────┼── AsyncFIFO ◄── RxBuffer status ◄┐
-    m_axis ◄ AsyncFIFO ◄─────┼── BytePacker ◄ [IcrcChecker] ◄ FIFO ◄ RxBuffer (ring) ◄─┴ RxMac ◄── gmii.rxd
+    m_axis ◄ AsyncFIFO ◄─────┼── BytePacker ◄ FIFO ◄ [IcrcChecker] ◄ RxBuffer (ring) ◄─┴ RxMac ◄── gmii.rxd
 
 Members:
 
@@ -205,11 +205,16 @@ class EthernetPort(wiring.Component):
             rx_mac.rx_er.eq(self.gmii.rx_er),
         ]
         wiring.connect(m, rx_mac.o, rx_buffer.i)
-        m.submodules.rx_octets = rx_octets = to_rx(fifo.SyncFIFOBuffered(width=ByteLayout().size, depth=4))
+        user = int(self.icrc)
+        m.submodules.rx_octets = rx_octets = to_rx(
+            fifo.SyncFIFOBuffered(width=ByteLayout(user).size, depth=4)
+        )
         if self.icrc:
+            # In front of the short FIFO, whose write side's ready is a register: the checker's ready does
+            # not lengthen the packer's ready chain (ECPIX-5, 2026-12-06: 134 MHz behind the FIFO).
             m.submodules.icrc_checker = checker = to_rx(IcrcChecker())
-            self._connect_fifo(m, rx_buffer.o, rx_octets, checker.i)
-            wiring.connect(m, checker.o, packer.i)
+            wiring.connect(m, rx_buffer.o, checker.i)
+            self._connect_fifo(m, checker.o, rx_octets, packer.i)
         else:
             self._connect_fifo(m, rx_buffer.o, rx_octets, packer.i)
         m.submodules.rx_fifo = rx_fifo = fifo.AsyncFIFOBuffered(

@@ -6,8 +6,8 @@ Ref: docs/protocol.md §5.5, §5.8, §7, §8, §9.3; DESIGN.md "Gateware archite
                               └► FrameBuffer (store and forward, ICRC) ─► join ► Validator
     Validator ► ReceiveEngine (SackTracker, CompletionTracker, coalescing and pacing)
        ├► release ► FrameBuffer ► payload ► DmaWriter ► m_axi (AXI4 writes at the RETH VA)
-       ├► response ► ResponseBuilder ► m_axis[p] (SACK / NACK / ACK on the reverse path; or, without
-       │                                ICRC, ``control`` to the transmit pipeline)
+       ├► response ► ResponseBuilder ► m_axis[p] (SACK / NACK / ACK on the reverse path; or
+       │             ResponseRouter ► ``control``: routed records the transmit pipeline builds and sends)
        ├► feedback ► FeedbackDecoder ► feedback (for the sender, issue 6)
        └► receive_completion (WRITE-with-immediate, after its data is in memory)
 
@@ -25,7 +25,7 @@ from mrcnic.wire.constants import MRC_UDP_PORT, MRC_UDP_PORT_ALT, Dscp
 from ..dma.axi import Axi4WriteSignature
 from ..dma.writer import DmaWriter
 from ..stream import AxiStreamSignature, PacketStream, axis_to_stream, stream_to_axis
-from ..tx.header_builder import tx_config_layout
+from ..tx.header_builder import response_job_layout, tx_config_layout
 from ..tx.layouts import bits_for
 from ..tx.source_router import route_configure_members
 from .feedback_decoder import FeedbackDecoder, feedback_packet_layout
@@ -34,7 +34,8 @@ from .parser import HeaderParser, ParsedHeaders
 from .plane_arbiter import PlaneArbiter
 from .receive_engine import STATS as ENGINE_STATS
 from .receive_engine import ReceiveEngine
-from .response_builder import ResponseBuilder, output_layout
+from .response_builder import ResponseBuilder
+from .response_router import ResponseRouter
 from .validator import Validator, mr_entry_layout, qp_entry_layout
 
 __all__ = ["RxPipeline", "STATS", "rx_qp_configure_layout"]
@@ -66,9 +67,10 @@ class RxPipeline(wiring.Component):
     """Parameters: ``data_width``, ``planes`` (1, 2, 4), ``qps``, ``mrs``, ``destinations``, ``window``,
     ``buffer_frames`` (maximum frames the store-and-forward buffer holds), ``clock_hz``, ``addr_width``
     (host addresses, ``m_axi``'s: regions past ``2**addr_width`` are refused, see ``Validator``),
-    ``control_to_tx`` (False: the control frames leave complete on ``m_axis[p]``; True: they leave
-    without their ICRC on one stream, ``control`` (``{data, keep, last, plane}``), for the transmit
-    pipeline to finish and send with its own ICRC inserter, as ``mrcnic.hdl.nic`` does), ``port_icrc``
+    ``control_to_tx`` (False: the control frames leave complete on ``m_axis[p]``; True: their records
+    leave routed, plane and addressing EV chosen (``ResponseRouter``), on one stream, ``control``
+    (:func:`~mrcnic.hdl.tx.header_builder.response_job_layout`), for the transmit pipeline's header
+    builder to build and send with its data packets, as ``mrcnic.hdl.nic`` does), ``port_icrc``
     (the Ethernet ports check the ICRC, ``mrcnic.hdl.eth.octet_icrc``: ``s_axis[p].tuser`` is the verdict
     on a frame's last beat, and the frame buffer has no ICRC engine)."""
 
@@ -98,7 +100,7 @@ class RxPipeline(wiring.Component):
             {
                 "s_axis": In(AxiStreamSignature(data_width, user_width=int(port_icrc))).array(planes),
                 **(
-                    {"control": Out(stream.Signature(output_layout(data_width, planes)))}
+                    {"control": Out(stream.Signature(response_job_layout(qps, planes, destinations > 0)))}
                     if control_to_tx
                     else {"m_axis": Out(AxiStreamSignature(data_width)).array(planes)}
                 ),
@@ -165,13 +167,14 @@ class RxPipeline(wiring.Component):
             addr_width=self.addr_width,
         )
         m.submodules.writer = writer = DmaWriter(data_width=w, addr_width=self.addr_width)
-        m.submodules.builder = builder = ResponseBuilder(
-            data_width=w,
-            planes=planes,
-            qps=qps,
-            destinations=self.destinations,
-            append_icrc=not self.control_to_tx,
-        )
+        if self.control_to_tx:  # the transmit pipeline's header builder makes the frames
+            m.submodules.router = builder = ResponseRouter(
+                planes=planes, qps=qps, destinations=self.destinations
+            )
+        else:
+            m.submodules.builder = builder = ResponseBuilder(
+                data_width=w, planes=planes, qps=qps, destinations=self.destinations
+            )
         m.submodules.feedback = feedback = FeedbackDecoder(qps=qps, destinations=self.destinations)
 
         # -- frames in: arbiter, then the parser and the buffer side by side ------------------------
@@ -249,10 +252,10 @@ class RxPipeline(wiring.Component):
             engine.ack_interval_cycles.eq(self.ack_interval_cycles),
             engine.base_rtt_cycles.eq(self.base_rtt_cycles),
             engine.dscp_trimmed_lasthop.eq(self.dscp_trimmed_lasthop),
-            builder.config.eq(self.config),
-            builder.dscp_control.eq(self.dscp_control),
             builder.port_up.eq(self.port_up),
         ]
+        if not self.control_to_tx:
+            m.d.comb += [builder.config.eq(self.config), builder.dscp_control.eq(self.dscp_control)]
 
         # -- the engine and its outputs ---------------------------------------------------------------
         wiring.connect(m, validator.o, engine.verdict)
@@ -270,7 +273,7 @@ class RxPipeline(wiring.Component):
         wiring.connect(m, engine.receive_completion, wiring.flipped(self.receive_completion))
         wiring.connect(m, engine.response, builder.response)
 
-        # -- control frames out: to the transmit pipeline, or one stream per plane -------------------
+        # -- answers out: routed records to the transmit pipeline, or frames, one stream per plane ------
         out = builder.o
         if self.control_to_tx:
             wiring.connect(m, out, wiring.flipped(self.control))

@@ -46,7 +46,8 @@ that EV, inner SA/DA = ``own_gid`` / ``peer_gid``. Single mode: SA/DA = ``own_gi
 Ethernet src/dst = ``port_mac[plane]`` / ``next_hop_mac[plane]``. ``port_up`` is sampled when the
 record is taken.
 
-Timing. A record is taken into a one-entry stage while its template is read (one cycle); the header is
+Timing. A record is taken into a one-entry stage (:class:`~mrcnic.hdl.rx.response_router.ResponseRouter`,
+which applies the reverse-path rule) while its template is read (one cycle); the header is
 then built combinationally and loaded into a shift register that emits W bytes per beat: from its byte
 0 in SRv6 mode, from its byte 40 in single-IPv6 mode, so the inner IPv6 header and what follows sit at
 the same place in both modes and only 14 bytes of the load depend on the mode. (Picking each
@@ -66,7 +67,7 @@ output always ready: after the first frame (whose tail waits once for the ICRC e
 between frames at W = 8 and W = 32, both modes (``test_back_to_back_frames_have_few_idle_cycles``).
 """
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -78,7 +79,8 @@ from ..tables import small_table_attrs
 from ..tx.header_builder import tx_config_layout
 from ..tx.icrc_inserter import IcrcInserter
 from ..tx.layouts import MAX_CONTROL_FRAME_BYTES, bits_for, control_frame_layout, control_record_layout
-from ..tx.source_router import RouteTemplateLayout, route_configure_members, specialise
+from ..tx.source_router import route_configure_members
+from .response_router import ResponseRouter, peer_layout
 
 __all__ = ["MAX_FRAME_BYTES", "ResponseBuilder", "output_layout", "peer_layout", "response_layout"]
 
@@ -87,18 +89,6 @@ EXT_BYTES = hdr.CONTROL_EXTENSION_LENGTHS
 # Largest frame without ICRC: SRv6 SACK (§2.3: 154 bytes with the ICRC).
 MAX_FRAME_BYTES = 14 + 40 + 40 + 8 + 12 + max(EXT_BYTES.values())
 assert MAX_FRAME_BYTES == MAX_CONTROL_FRAME_BYTES
-
-
-def peer_layout(destinations: int) -> data.StructLayout:
-    """The addressing of a QP's answers: its peer's route, QPN and GID, and its own QPN."""
-    return data.StructLayout(
-        {
-            "dest": bits_for(destinations),  # route-template index of the peer (SRv6 mode)
-            "peer_qpn": 24,
-            "peer_gid": 128,
-            "own_qpn": 24,
-        }
-    )
 
 
 def response_layout(qps: int, destinations: int) -> data.StructLayout:
@@ -171,85 +161,40 @@ class ResponseBuilder(wiring.Component):
         # Built without SRv6 (no route templates): every frame is single-IPv6, whatever the register says.
         srv6 = cfg.srv6 if self.srv6 else Const(0, 1)
 
-        template_write = Const(0)  # a route-template write this cycle
+        # -- 1.-2. the reverse-path rule and the route template: the router holds the record, its port,
+        # the EV naming it and (SRv6) the outer destination until the header loads.
+        m.submodules.router = router = ResponseRouter(
+            planes=planes, qps=self.qps, destinations=self.destinations
+        )
+        wiring.connect(m, wiring.flipped(self.response), router.response)
         if self.srv6:
-            m.submodules.templates = templates = memory.Memory(
-                shape=RouteTemplateLayout, depth=self.destinations, init=[]
-            )
-            write = templates.write_port()
-            read = templates.read_port(domain="sync")
-            m.d.comb += [
-                write.addr.eq(self.route_configure.payload.dest),
-                write.data.eq(self.route_configure.payload.template),
-                write.en.eq(self.route_configure.valid),
-                self.route_configure.ready.eq(1),
-            ]
-            template_write = self.route_configure.valid
-
-        held = Signal()  # the one-entry stage (2. below) holds a record
-
-        # The peers: a comb read for the held record's header, and the route index of the incoming
-        # record, so its template is read while it is taken (the index alone, a few bits a QP).
+            wiring.connect(m, wiring.flipped(self.route_configure), router.route_configure)
+        m.d.comb += [
+            router.port_up.eq(self.port_up),
+            self.stat_no_plane.eq(router.stat_no_plane),
+            self.stat_bad_opcode.eq(router.stat_bad_opcode),
+        ]
+        # The peers, read for the held record's header. A write waits while a record is held (the
+        # router's rule), so every frame has the addressing in force when its record was taken.
         m.submodules.peers = peers = memory.Memory(
             shape=peer_layout(self.destinations), depth=self.qps, init=[], attrs=small_table_attrs(self.qps)
         )
         peer_write = peers.write_port()
         peer_read = peers.read_port(domain="comb")
         pc = self.peer_configure
-        dests = Array(Signal(bits_for(self.destinations), name=f"dest_{q}") for q in range(self.qps))
         m.d.comb += [
+            router.peer_configure.payload.eq(pc.payload),
+            router.peer_configure.valid.eq(pc.valid),
+            pc.ready.eq(router.peer_configure.ready),
             peer_write.addr.eq(pc.payload.qp),
             peer_write.data.eq(pc.payload.peer),
-            pc.ready.eq(~held),
             peer_write.en.eq(pc.valid & pc.ready),
         ]
-        with m.If(pc.valid & pc.ready):
-            m.d.sync += dests[pc.payload.qp].eq(pc.payload.peer.dest)
-        config_write = template_write | pc.valid
-
-        # -- 1. reverse-path rule (§5.8) on the incoming record: which port, and the EV naming it.
-        rec_in = self.response.payload
-        asked = Signal(plane_bits)
-        if planes > 1:
-            m.d.comb += asked.eq(rec_in.ev[29 : 29 + (planes - 1).bit_length()])  # ev[31:29] mod P
-        up = self.port_up
-        lowest_up = Signal(plane_bits)
-        for p in reversed(range(planes)):  # priority: the last assignment (lowest p) wins
-            with m.If(up[p]):
-                m.d.comb += lowest_up.eq(p)
-        chosen = Signal(plane_bits)
-        m.d.comb += chosen.eq(Mux(up.bit_select(asked, 1), asked, lowest_up))
-        known = (
-            (rec_in.opcode == Opcode.SACK) | (rec_in.opcode == Opcode.NACK) | (rec_in.opcode == Opcode.ACK)
-        )
-
-        # -- 2. the one-entry stage: the record, its port and EV, while the template is read.
-        rec = Signal(self._response_layout)
-        plane = Signal(plane_bits)
-        route_ev = Signal(32)
+        job = router.o.payload
+        rec, plane, route_ev = job.record, job.plane, job.route_ev
+        held = router.o.valid
         load = Signal()
-        accept = Signal()
-        m.d.comb += [
-            # Configuration writes are rare: they go first (a record never reads a half-written entry).
-            self.response.ready.eq((~held | load) & ~config_write),
-            accept.eq(self.response.valid & self.response.ready),
-        ]
-        if self.srv6:
-            m.d.comb += [read.addr.eq(dests[rec_in.qp]), read.en.eq(accept)]
-        with m.If(load):
-            m.d.sync += held.eq(0)
-        with m.If(accept):
-            with m.If(~known):
-                m.d.sync += self.stat_bad_opcode.eq(self.stat_bad_opcode + 1)
-            with m.Elif(up == 0):
-                m.d.sync += self.stat_no_plane.eq(self.stat_no_plane + 1)
-            with m.Else():
-                m.d.sync += [
-                    held.eq(1),
-                    rec.eq(rec_in),
-                    plane.eq(chosen),
-                    route_ev.eq(Cat(rec_in.ev[:29], chosen, Const(0, 3 - plane_bits))),
-                ]
+        m.d.comb += router.o.ready.eq(load)
 
         # -- 3. the header stack of the held record, combinationally (§2.5, §4, §7.2-§7.4).
         m.d.comb += peer_read.addr.eq(rec.qp)
@@ -272,8 +217,7 @@ class ResponseBuilder(wiring.Component):
         udp = Signal(hdr.Udp)
         bth = Signal(hdr.Bth)
         if self.srv6:
-            template = data.View(RouteTemplateLayout, read.data)
-            m.d.comb += outer.dst.eq(specialise(m, template, route_ev))
+            m.d.comb += outer.dst.eq(job.outer_dst)
         m.d.comb += [
             eth.dst.eq(cfg.next_hop_mac[plane]),
             eth.src.eq(cfg.port_mac[plane]),

@@ -155,18 +155,16 @@ class HeaderBuilder(wiring.Component):
     * ``response_room``: In(P), default all ones: bit p, plane p's FIFO has room for a response. A
       response starts only when its plane has room (its room is not reserved upstream as a data
       packet's is), and a response waiting for room never holds data jobs back.
-    * ``packet_plane.beats`` of a response: :func:`response_beats`.
+    * ``packet_plane.beats`` of a response: :func:`response_beats`; ``packet_plane.response``: the packet
+      is a response (its room is claimed as it starts, ``TxPipeline``).
     * ``stat_sacks``, ``stat_nacks``, ``stat_acks``: Out(32), responses sent, wrapping.
 
     When a response and a data job both wait they take turns.
 
-    The NIC does not build its responses here yet: the receive side's ``ResponseBuilder`` still makes
-    them (2026-12-06). Built here, they cost 500 to 1,000 logic cells at 4 bytes a beat without SRv6
-    (``python -m mrcnic.boards.synth_block mrcnic.hdl.tx.header_builder:HeaderBuilder data_width=4
-    planes=2 qps=1 ev_slots=4 srv6=False lookahead=2 addr_width=14 responses=1``: 1,904 cells, against
-    1,158 without; variants of the same logic took 1,663, 1,829 and 2,162, as ABC maps the beat
-    multiplexer differently), where the response builder takes 1,340 and the transmit pipeline's merge
-    of its frames more (docs/boards.md, Colorlight).
+    The NIC builds its responses here (``TxPipeline(control_in=True)``, since 2026-12-06); the receive
+    side only routes them (``ResponseRouter``). The Colorlight's smallest NIC went from 28,999 to 28,196
+    logic cells before packing with that (docs/boards.md): the response builder's own header stack,
+    shifter and merge in front of the transmit pipeline are gone.
     """
 
     def __init__(
@@ -210,7 +208,13 @@ class HeaderBuilder(wiring.Component):
                 "packet": Out(PacketStream(data_width)),
                 "packet_plane": Out(
                     stream.Signature(
-                        data.StructLayout({"plane": bits_for(planes), "beats": PLANE_BEATS_BITS})
+                        data.StructLayout(
+                            {
+                                "plane": bits_for(planes),
+                                "beats": PLANE_BEATS_BITS,
+                                **({"response": 1} if responses else {}),
+                            }
+                        )
                     )
                 ),
                 "stat_dma_errors": Out(32),
@@ -394,6 +398,8 @@ class HeaderBuilder(wiring.Component):
                     if self.responses:
                         m.d.sync += [resp_on.eq(take_resp), data_first.eq(take_resp)]
                     m.next = "HEADER"
+                if self.responses:
+                    m.d.comb += self.packet_plane.payload.response.eq(take_resp)
             with m.State("HEADER"):
                 remaining = Signal(range(largest + 1))
                 m.d.comb += [

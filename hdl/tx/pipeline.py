@@ -8,9 +8,9 @@ Ref: docs/protocol.md §2-§9; DESIGN.md "Gateware architecture".
     PathSelector (EV slot, plane) ► QP context (destination) ► SourceRouter (outer DA)
       (probes skip it: their EV is given) │ job                 ► sent (to the tracker)
                         ▼
-    HeaderBuilder ◄─► DmaReader (AXI4 reads of the payload) ► StreamPacker ─┬► IcrcInserter
-      (and ◄── QP context: peer QPN and GID, read as each header is built)
-                                        control frames (``control_in``) ──────┘
+    HeaderBuilder ◄─► DmaReader (AXI4 reads of the payload) ► StreamPacker ► [IcrcInserter]
+      (and ◄── QP context: peer QPN and GID, read as each header is built;
+       ◄── ``control``: the receive side's SACKs, NACKs and ACKs, with ``control_in``)
                         ► PlaneDemux ► m_axis[p], one per plane
 
 This is the data path. The closed loop around it (``mrcnic.hdl.nic``) drives ``retransmit`` and
@@ -20,26 +20,28 @@ to the tracker, ``watch`` the EVs to probe to the prober, ``path_trace`` every E
 (the path selector's ``decision``). Until the host interface exists (issue 7),
 configuration enters through the ``*_configure`` streams and the register inputs.
 
-Control frames (``control_in=True``, as in the NIC). ``control`` (In, ``{data, keep, last, plane}``,
-packed) takes the receive side's SACK, NACK and ACK frames without their ICRC. They join the data
-packets a whole frame at a time in front of the ICRC inserter (the NIC has one inserter, not two) and go
-to the plane their ``plane`` names through the same plane FIFOs. A control frame starts only when its
-plane's FIFO has room for it beyond every claim and a maximum-size packet (``PlaneDemux.control_room``)
-and claims that room as it starts, so the demux never waits on a full FIFO and a blocked port holds back
-nothing for the others. ``plane_queue_beats`` does not hold control frames back (it bounds how long
-data waits, whose send time is stamped as it is built), though the room they take counts against data.
-When data and control frames both wait they take turns. ``stat_control_frames`` counts them.
+Control frames (``control_in=True``, as in the NIC). ``control`` (In,
+:func:`~mrcnic.hdl.tx.header_builder.response_job_layout`) takes the receive side's SACK, NACK and ACK
+records, routed (plane, addressing EV, SRv6 outer destination: ``mrcnic.hdl.rx.response_router``). The
+header builder builds them as header-only packets between data packets (``HeaderBuilder(responses=True)``:
+one header builder and one ICRC path for every frame the NIC sends), with ``dscp_control`` (In(6)). A
+control frame starts only when its plane's FIFO has room for it beyond every claim and a maximum-size
+packet (``PlaneDemux.control_room``) and claims that room as it starts, so the demux never waits on a
+full FIFO and a blocked port holds back nothing for the others. ``plane_queue_beats`` does not hold
+control frames back (it bounds how long data waits, whose send time is stamped as it is built), though
+the room they take counts against data. When data and control frames both wait they take turns.
+``stat_control_frames`` counts them, ``stat_sacks`` / ``stat_nacks`` / ``stat_acks`` each kind.
 
 ``ev_read`` (In, ``{qp, slot}``) / ``ev_read_answer`` (Out, ``{ev, state}``): the host reads one EV slot
 back, answered in order, one at a time (the path selector's ``slot_read`` / ``slot_read_answer``: it
 uses the EV table only in cycles the packets leave free, so it never delays one).
 """
 
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from mrcnic.wire.constants import Opcode
+from mrcnic.wire.constants import Dscp, Opcode
 
 from ..dma.axi import Axi4ReadSignature
 from ..dma.reader import DmaReader
@@ -48,11 +50,11 @@ from ..stream_packer import StreamPacker
 from ..tables import small_table_attrs
 from .header_builder import (
     MAX_HEADER_BYTES,
-    PLANE_BEATS_BITS,
     HeaderBuilder,
     job_layout,
     packet_beats_bound,
     peer_layout,
+    response_job_layout,
     tx_config_layout,
 )
 from .icrc_inserter import IcrcInserter
@@ -60,7 +62,6 @@ from .layouts import (
     MAX_CONTROL_FRAME_BYTES,
     MAX_PMTU,
     bits_for,
-    control_frame_layout,
     feedback_layout,
     work_request_layout,
 )
@@ -98,8 +99,8 @@ class TxPipeline(wiring.Component):
     (packets whose payload read is issued while they wait for their header: ``HeaderBuilder``'s; 2 keeps
     the queue in flip-flops instead of LUT RAM, enough for on-chip host memory), ``addr_width`` (host
     addresses, ``m_axi``'s: local addresses are that wide in every descriptor), ``control_in`` (True:
-    ``control`` takes the receive side's control frames, without their ICRC, into this pipeline's ICRC
-    inserter and plane FIFOs; see "Control frames" in the module docstring), ``append_icrc`` (False:
+    ``control`` takes the receive side's control records, built and sent with the data packets; see
+    "Control frames" in the module docstring), ``append_icrc`` (False:
     frames leave without their ICRC, for Ethernet ports that append it, ``mrcnic.hdl.eth.octet_icrc``;
     no ICRC inserter is built).
     """
@@ -184,8 +185,10 @@ class TxPipeline(wiring.Component):
             **{f"stat_path_{name}": Out(32) for name in PATH_STATS},
         }
         if control_in:
-            members["control"] = In(stream.Signature(control_frame_layout(data_width, planes)))
+            members["control"] = In(stream.Signature(response_job_layout(qps, planes, self.srv6)))
+            members["dscp_control"] = In(6, init=Dscp.CONTROL)
             members["stat_control_frames"] = Out(32)
+            members.update({f"stat_{name}": Out(32) for name in ("sacks", "nacks", "acks")})
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -210,6 +213,7 @@ class TxPipeline(wiring.Component):
             srv6=self.srv6,
             lookahead=self.lookahead,
             addr_width=aw,
+            responses=self.control_in,
         )
         m.submodules.dma = dma = DmaReader(data_width=w, addr_width=aw)
         m.submodules.packer = packer = StreamPacker(w)
@@ -431,87 +435,47 @@ class TxPipeline(wiring.Component):
         # The plane of each packet is known when the builder loads its header, but the demux holds it
         # until the packet's last beat is through: a short queue decouples the two.
         m.submodules.plane_order = plane_order = fifo.SyncFIFOBuffered(
-            width=builder.packet_plane.payload.shape().size, depth=8
+            width=demux.plane.payload.shape().size, depth=8
         )
         m.d.comb += [
             demux.plane.payload.eq(plane_order.r_data),
             demux.plane.valid.eq(plane_order.r_rdy),
             plane_order.r_en.eq(demux.plane.ready),
         ]
+        wiring.connect(m, packer.o, framed)
+        announced = builder.packet_plane
+        order = Signal(demux.plane.payload.shape())
+        m.d.comb += [
+            order.plane.eq(announced.payload.plane),
+            order.beats.eq(announced.payload.beats),
+            plane_order.w_data.eq(order),
+            plane_order.w_en.eq(announced.valid),
+            announced.ready.eq(plane_order.w_rdy),
+        ]
         if self.control_in:
-            self._merge_control_frames(m, builder, packer, framed, demux, plane_order)
-        else:
-            wiring.connect(m, packer.o, framed)
-            m.d.comb += [
-                plane_order.w_data.eq(builder.packet_plane.payload),
-                plane_order.w_en.eq(builder.packet_plane.valid),
-                builder.packet_plane.ready.eq(plane_order.w_rdy),
-            ]
+            self._responses(m, builder, demux)
         for p in range(planes):
             stream_to_axis(m, demux.o[p], self.m_axis[p])
         return m
 
-    def _merge_control_frames(self, m, builder, packer, framed, demux, plane_order):
-        """Data packets (from the packer) and control frames (``control``) into ``framed`` (the ICRC
-        inserter, or the demux when the ports append the ICRC), a whole frame at a time; each frame's
-        ``{plane, beats}`` goes into ``plane_order`` as it starts.
-
-        A control frame starts only when its plane's FIFO has room for it (``control_room``), and claims
-        that room as it starts, so the demux never waits on a full FIFO: one blocked port never stops
-        the others. When both wait, they alternate (control frames are short and their latency counts;
-        data is never starved by a stream of them). A frame's first beat passes in the cycle it is
-        chosen, so merging adds no idle cycle between frames.
-        """
-        control = self.control
-        m.submodules.data_planes = data_planes = fifo.SyncFIFOBuffered(
-            width=builder.packet_plane.payload.shape().size, depth=8
-        )
+    def _responses(self, m, builder, demux):
+        """The receive side's answers go to the header builder, which builds them as header-only packets
+        between data packets. A response starts only when its plane's FIFO has room for it
+        (``control_room``) and claims that room as it starts, so the demux never waits on a full FIFO:
+        one blocked port never stops the others."""
+        wiring.connect(m, wiring.flipped(self.control), builder.response)
+        announced = builder.packet_plane
         m.d.comb += [
-            data_planes.w_data.eq(builder.packet_plane.payload),
-            data_planes.w_en.eq(builder.packet_plane.valid),
-            builder.packet_plane.ready.eq(data_planes.w_rdy),
+            builder.response_room.eq(demux.control_room),
+            builder.dscp_control.eq(self.dscp_control),
+            self.stat_sacks.eq(builder.stat_sacks),
+            self.stat_nacks.eq(builder.stat_nacks),
+            self.stat_acks.eq(builder.stat_acks),
         ]
-        in_frame = Signal()  # a frame has started and its last beat has not passed
-        from_control = Signal()  # the source of that frame
-        data_first = Signal()  # the last frame was a control frame: data goes first if both wait
-        control_plane = control.payload.plane
-        control_can = control.valid & demux.control_room.bit_select(control_plane, 1) & plane_order.w_rdy
-        data_can = data_planes.r_rdy & plane_order.w_rdy
-        start_control = ~in_frame & control_can & ~(data_first & data_can)
-        start_data = ~in_frame & data_can & ~start_control
-        use_control = Mux(in_frame, from_control, start_control)
-        active = in_frame | start_control | start_data
-        m.d.comb += [
-            framed.valid.eq(active & Mux(use_control, control.valid, packer.o.valid)),
-            *(
-                getattr(framed.payload, field).eq(
-                    Mux(use_control, getattr(control.payload, field), getattr(packer.o.payload, field))
-                )
-                for field in ("data", "keep", "last")
-            ),
-            control.ready.eq(active & use_control & framed.ready),
-            packer.o.ready.eq(active & ~use_control & framed.ready),
-        ]
-        with m.If(start_control):
+        with m.If(announced.valid & announced.ready & announced.payload.response):
             m.d.comb += [
-                plane_order.w_en.eq(1),
-                plane_order.w_data.eq(Cat(control_plane, Const(self.control_beats, PLANE_BEATS_BITS))),
                 demux.control_reserve.valid.eq(1),
-                demux.control_reserve.payload.plane.eq(control_plane),
+                demux.control_reserve.payload.plane.eq(announced.payload.plane),
                 demux.control_reserve.payload.beats.eq(self.control_beats),
             ]
-            m.d.sync += [
-                from_control.eq(1),
-                data_first.eq(1),
-                self.stat_control_frames.eq(self.stat_control_frames + 1),
-            ]
-        with m.If(start_data):
-            m.d.comb += [
-                plane_order.w_en.eq(1),
-                plane_order.w_data.eq(data_planes.r_data),
-                data_planes.r_en.eq(1),
-            ]
-            m.d.sync += [from_control.eq(0), data_first.eq(0)]
-        passed_last = framed.valid & framed.ready & framed.payload.last
-        with m.If(active):
-            m.d.sync += in_frame.eq(~passed_last)
+            m.d.sync += self.stat_control_frames.eq(self.stat_control_frames + 1)

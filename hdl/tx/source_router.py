@@ -16,7 +16,13 @@ from mrcnic.wire.usid import MAX_USIDS
 
 from .layouts import bits_for
 
-__all__ = ["RouteTemplateLayout", "SourceRouter", "route_configure_members", "specialise"]
+__all__ = [
+    "RouteTemplateLayout",
+    "SourceRouter",
+    "route_configure_members",
+    "route_template_table",
+    "specialise",
+]
 
 RouteTemplateLayout = data.StructLayout(
     {
@@ -57,6 +63,20 @@ def specialise(m: Module, template, ev) -> Signal:
     return address
 
 
+def route_template_table(m, configure, destinations: int):
+    """The route-template table in ``m``: written from ``configure`` (``{dest, template}``, always
+    ready), returned as a synchronous read port."""
+    m.submodules.templates = templates = memory.Memory(shape=RouteTemplateLayout, depth=destinations, init=[])
+    write = templates.write_port()
+    m.d.comb += [
+        write.addr.eq(configure.payload.dest),
+        write.data.eq(configure.payload.template),
+        write.en.eq(configure.valid),
+        configure.ready.eq(1),
+    ]
+    return templates.read_port(domain="sync")
+
+
 class SourceRouter(wiring.Component):
     """Members:
 
@@ -80,19 +100,8 @@ class SourceRouter(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.templates = templates = memory.Memory(
-            shape=RouteTemplateLayout, depth=self.destinations, init=[]
-        )
-        write = templates.write_port()
-        read = templates.read_port(domain="sync")
-
         # Configuration writes are rare: they simply take priority over lookups.
-        m.d.comb += [
-            write.addr.eq(self.configure.payload.dest),
-            write.data.eq(self.configure.payload.template),
-            write.en.eq(self.configure.valid),
-            self.configure.ready.eq(1),
-        ]
+        read = route_template_table(m, self.configure, self.destinations)
 
         # One-stage pipeline: the table read takes a cycle, the EV rides along.
         held_valid = Signal()

@@ -268,8 +268,9 @@ def test_verdicts_from_the_port(width):
         frames,
         releases,
         max_frame_bytes=max_frame_bytes,
+        depth_frames=1,
         seed=seed,
-        release_delay=80,
+        release_delay=150,
         verdicts=verdicts,
     )
     check(frames, releases, records, payloads, stats, max_frame_bytes, verdicts)

@@ -140,6 +140,7 @@ class Tx:
                 "port_address": [self.port_address(p) for p in range(self.planes)],
             },
         )
+        dut.dscp_control.value = wire.Dscp.CONTROL
         dut.sent__ready.value = 1
         dut.watch__ready.value = 1
         dut.plane_queue_beats.value = (1 << len(dut.plane_queue_beats)) - 1  # no limit beyond FIFO room
@@ -519,64 +520,57 @@ async def blocked_plane_gets_nothing_while_others_flow(dut):
 
 
 def _control_frame(tx, rng):
-    """A SACK, NACK or ACK as the receive side's response builder makes it: (plane, frame with ICRC)."""
+    """A SACK, NACK or ACK as the receive side routes it to this pipeline, and the frame that must leave:
+    (plane, record, frame with ICRC)."""
     plane = rng.randrange(tx.planes)
     q = rng.randrange(QPS)
-    ev = (plane << 29) | rng.randrange(1 << 29)
+    ev = (plane << 29) | rng.randrange(1 << 29)  # an EV naming an up port: it addresses the frame as is
     addr = tx.addressing(q, plane, ev)
     ids = {"entropy": ev, "spdcid": tx.own_qpn(q) & 0xFFFF, "dpdcid": tx.peer_qpn[q] & 0xFFFF}
     opcode = rng.choice([wire.Opcode.SACK, wire.Opcode.NACK, wire.Opcode.ACK])
+    seth = {
+        "m": rng.randrange(3),
+        "pr": rng.randrange(2),
+        "ack_psn_offset": rng.randrange(-100, 100),
+        "cack_psn": rng.randrange(1 << 24),
+        "sack_offset": rng.randrange(-100, 100),
+        "sack_bitmap": rng.randrange(1 << 64),
+    }
+    cc = {"tx_timestamp": rng.randrange(1 << 16), "ooo_count": 7, "rcvd_bytes": rng.randrange(1 << 24)}
+    neth = {"nack_reason": 1, "nack_psn": rng.randrange(1 << 24), "tx_timestamp": rng.randrange(1 << 16)}
+    aeth = {"syndrome": 0x1F, "msn": rng.randrange(1 << 16)}
     if opcode == wire.Opcode.SACK:
-        headers = [
-            wire.Seth(
-                m=0,
-                pr=0,
-                ack_psn_offset=rng.randrange(-100, 100),
-                cack_psn=rng.randrange(1 << 24),
-                sack_offset=rng.randrange(-100, 100),
-                sack_bitmap=rng.randrange(1 << 64),
-                **ids,
-            ),
-            wire.CcState(tx_timestamp=rng.randrange(1 << 16), ooo_count=7, rcvd_bytes=rng.randrange(1 << 24)),
-        ]
+        headers = [wire.Seth(**seth, **ids), wire.CcState(**cc)]
     elif opcode == wire.Opcode.NACK:
-        headers = [
-            wire.Neth(
-                nack_reason=1, nack_psn=rng.randrange(1 << 24), tx_timestamp=rng.randrange(1 << 16), **ids
-            )
-        ]
+        headers = [wire.Neth(**neth, **ids)]
     else:
-        headers = [wire.Aeth(msn=rng.randrange(1 << 16))]
+        headers = [wire.Aeth(**aeth)]
     frame = wire.control_frame(addr, ev=ev, opcode=opcode, headers=headers, dest_qp=tx.peer_qpn[q])
-    return plane, frame.encode()
+    record = {
+        "record": {"opcode": opcode, "ev": ev, "qp": q, "seth": seth, "cc": cc, "neth": neth, "aeth": aeth},
+        "plane": plane,
+        "route_ev": ev,
+        **({"outer_dst": addr.outer_dst or 0} if tx.dests else {}),
+    }
+    return plane, record, frame.encode()
 
 
-def _put_control_frame(driver, layout, tx, plane, raw):
-    """Offer ``raw`` without its ICRC (this pipeline appends it) on ``control``, packed, W bytes a beat."""
-    body = raw[:-4]
-    for start in range(0, len(body), tx.w):
-        chunk = body[start : start + tx.w]
-        beat = {
-            "data": int.from_bytes(chunk, "little"),
-            "keep": (1 << len(chunk)) - 1,
-            "last": int(start + tx.w >= len(body)),
-            "plane": plane,
-        }
-        driver.put(pack(layout, beat))
+def _put_control_record(driver, tx, record):
+    """Offer ``record`` on ``control``."""
+    from mrcnic.hdl.tx.header_builder import response_job_layout
+
+    driver.put(pack(response_job_layout(QPS, tx.planes, bool(tx.dests)), record))
 
 
 @cocotb.test()
 async def control_frames_share_the_icrc(dut):
-    """The receive side's control frames (without ICRC) merged with data under random backpressure: each
-    leaves on its plane, in order, with its ICRC appended (byte for byte the Python definition, and
+    """The receive side's routed control records built between data packets under random backpressure:
+    each frame leaves on its plane, in order, byte for byte the Python definition with its ICRC (and
     scapy's ICRC); the data is still intact; one blocked plane holds back neither data nor control
     frames for the others."""
-    from mrcnic.hdl.tx.layouts import control_frame_layout
-
     tx = Tx(dut, srv6=random.choice([True, False]), pmtu_log2=8, pause=0.3, seed=random.randrange(1 << 30))
     await tx.start()
     control = StreamDriver(dut, "control")
-    layout = control_frame_layout(tx.w, tx.planes)
     rng = tx.rng
     posted = {q: [] for q in range(QPS)}
     expected = {p: [] for p in range(tx.planes)}
@@ -587,9 +581,9 @@ async def control_frames_share_the_icrc(dut):
         posted[q].append(wr)
         total += _packets(wr["length"], tx.pmtu)
         for _ in range(rng.randrange(4)):
-            plane, raw = _control_frame(tx, rng)
+            plane, record, raw = _control_frame(tx, rng)
             expected[plane].append(raw)
-            _put_control_frame(control, layout, tx, plane, raw)
+            _put_control_record(control, tx, record)
     controls = sum(len(v) for v in expected.values())
     frames = await tx.collect(total + controls)
     got = {p: [] for p in range(tx.planes)}
@@ -601,9 +595,14 @@ async def control_frames_share_the_icrc(dut):
             got[plane].append(raw)
             assert Ether(raw)[sl.MRC_BTH].compute_icrc(None) == raw[-4:], "scapy's ICRC"
     for plane in range(tx.planes):
-        assert got[plane] == expected[plane], f"plane {plane}: control frames differ"
+        for k, (g, e) in enumerate(zip(got[plane], expected[plane], strict=False)):
+            assert g == e, f"plane {plane} control frame {k}: got {g.hex()}, expected {e.hex()}"
+        assert len(got[plane]) == len(expected[plane]), f"plane {plane}: control frames missing"
     _check_messages(tx, posted, [tx.check_frame(plane, raw) for plane, raw in data_frames])
     assert int(dut.stat_control_frames.value) == controls
+    kinds = [wire.decode(raw).opcode for frames_of_plane in expected.values() for raw in frames_of_plane]
+    for name, opcode in (("sacks", wire.Opcode.SACK), ("nacks", wire.Opcode.NACK), ("acks", wire.Opcode.ACK)):
+        assert int(getattr(dut, f"stat_{name}").value) == kinds.count(opcode), name
     assert int(dut.stat_packets.value) == total
     print(f"{controls} control frames and {total} data packets, srv6={tx.srv6}")
 
@@ -618,10 +617,10 @@ async def control_frames_share_the_icrc(dut):
     await ClockCycles(dut.clk, 20000)
     before = [sink.count() for sink in tx.sinks]
     for _ in range(8):
-        plane, raw = _control_frame(tx, rng)
+        plane, record, raw = _control_frame(tx, rng)
         while plane == blocked:
-            plane, raw = _control_frame(tx, rng)
-        _put_control_frame(control, layout, tx, plane, raw)
+            plane, record, raw = _control_frame(tx, rng)
+        _put_control_record(control, tx, record)
     for _ in range(200):
         await ClockCycles(dut.clk, 100)
         if control.idle():
@@ -746,7 +745,12 @@ def test_tx_pipeline_without_srv6():
         name="tx_pipeline",
         module="test_tx_pipeline",
         params=params,
-        testcase=["random_writes_srv6", "random_writes_single_ipv6", "retransmissions_by_psn_and_probes"],
+        testcase=[
+            "random_writes_srv6",
+            "random_writes_single_ipv6",
+            "retransmissions_by_psn_and_probes",
+            "control_frames_share_the_icrc",
+        ],
     )
 
 
