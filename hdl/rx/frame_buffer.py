@@ -118,7 +118,10 @@ def _keep_count(keep, width: int):
 class FrameBuffer(wiring.Component):
     """Parameters: ``data_width`` (W, bytes per beat, power of two 1..64), ``max_frame_bytes`` (64..65535,
     default 4096 + 256), ``depth_frames`` (maximum frames the data memory holds, default 2),
-    ``record_depth`` (frames whose record is pending or whose release is pending, each, default 16).
+    ``record_depth`` (frames whose record is pending or whose release is pending, each, default 16),
+    ``icrc_from_user`` (the Ethernet ports checked the ICRC, ``mrcnic.hdl.eth.octet_icrc``: ``i`` carries
+    a ``user`` bit, and a frame's ``icrc_ok`` is that bit of its last beat; no ICRC engine, delay line or
+    skip FIFO is built, and a record can be taken the cycle after its last beat).
 
     See the module docstring for the members and their timing.
     """
