@@ -92,21 +92,23 @@ class OctetIcrc(wiring.Component):
         # until the coverage starts, and again when it restarts, so no multiplexer sits in front of the
         # CRC network. The octet fed to it has the variant fields forced to ones.
         at = {o: offset == o for o in masks}
-        crc_octet = Signal(8)
-        for bit in range(8):
-            force = [at[o] for o, or_mask in masks.items() if or_mask >> bit & 1]
-            m.d.comb += crc_octet[bit].eq(self.data[bit] | Cat(*force).any())
-        m.d.comb += [
-            self.covered.eq(covered),
-            self.stepped.eq(crc32_update(self.register, crc_octet, 1)),
-        ]
-
         # The Next Header (octet 20) says the covered IPv6 header comes later: stop and start again there.
         restart = Signal()
         next_header_is = {value: self.data == value for value in (IPPROTO_IPV6, IPPROTO_ROUTING)}
         m.d.comb += restart.eq(
             (index == NEXT_HEADER_AT) & (next_header_is[IPPROTO_IPV6] | next_header_is[IPPROTO_ROUTING])
         )
+        crc_octet = Signal(8)
+        for bit in range(8):
+            force = [at[o] for o, or_mask in masks.items() if or_mask >> bit & 1]
+            m.d.comb += crc_octet[bit].eq(self.data[bit] | Cat(*force).any())
+        m.d.comb += [
+            # An octet whose Next Header restarts the coverage is not covered: the register goes back to
+            # the prefix's value, which is also the CRC residue, so a frame ending there must not pass.
+            self.covered.eq(covered & ~restart),
+            self.stepped.eq(crc32_update(self.register, crc_octet, 1)),
+        ]
+
         # One load condition and one enable: the register maps onto the flip-flops' set/reset and enable.
         with m.If(self.valid & ((index == 0) | restart)):
             m.d.sync += self.register.eq(ICRC_PREFIX_REGISTER)
@@ -114,21 +116,16 @@ class OctetIcrc(wiring.Component):
             m.d.sync += self.register.eq(self.stepped)
 
         with m.If(self.valid):
-            with m.If(self.last):
-                m.d.sync += [index.eq(0), start.eq(SKIP_SINGLE), waiting.eq(1), srh.eq(0), covering.eq(0)]
-            with m.Else():
-                m.d.sync += index.eq(Mux(index.all(), index, index + 1))
-            with m.If(covered & ~self.last):
+            m.d.sync += index.eq(Mux(index.all(), index, index + 1))
+            with m.If(covered):
                 m.d.sync += [
                     covering.eq(1),
                     waiting.eq(0),
                     offset.eq(Mux(offset == plain_from, offset, offset + 1)),
                 ]
-            with m.If(self.last | restart):
-                m.d.sync += offset.eq(0)
-            # Later assignments win: a restart stops the coverage begun at 14.
+            # Later assignments win: a restart stops the coverage begun at 14 ...
             with m.If(restart):
-                m.d.sync += [covering.eq(0), waiting.eq(1)]
+                m.d.sync += [covering.eq(0), waiting.eq(1), offset.eq(0)]
                 with m.If(next_header_is[IPPROTO_IPV6]):
                     m.d.sync += start.eq(SKIP_SRV6)
                 with m.Else():
@@ -136,6 +133,16 @@ class OctetIcrc(wiring.Component):
                     m.d.sync += [srh.eq(1), start.eq((1 << INDEX_BITS) - 1)]
             with m.If(srh & (index == SRH_EXT_LEN_AT)):
                 m.d.sync += start.eq(SKIP_SRH_BASE + (self.data << 3))
+            # ... and the end of a frame, last, sets up the next one whatever its final octet said.
+            with m.If(self.last):
+                m.d.sync += [
+                    index.eq(0),
+                    start.eq(SKIP_SINGLE),
+                    waiting.eq(1),
+                    srh.eq(0),
+                    covering.eq(0),
+                    offset.eq(0),
+                ]
         return m
 
 

@@ -129,7 +129,16 @@ def test_checker_verdicts(stall=0.3):
     rng = new_rng("icrc checker")
     frames = mixed_frames(rng, 60, 4096 + 256)
     frames += [scramble_uncovered(rng, raw) for raw in sent_frames(rng, 12)]
+    # Frames that end where the coverage restarts or begins: at the Next Header (octet 20) of an SRv6
+    # frame and of one with an SRH, and around octets 54-55, each followed by a good frame. (The register
+    # then holds the prefix's value, which equals the CRC residue: such a frame once passed; and a frame
+    # ending at octet 20 or 55 once left its coverage start to the next frame.)
+    srv6, srh = random_write(rng, True).encode(), with_srh(random_write(rng, True), rng, 1).encode()
     rng.shuffle(frames)
+    for raw in (srv6, srh):
+        for n in (20, 21, 22, 54, 55, 56, 57):
+            at = rng.randrange(len(frames) + 1)
+            frames[at:at] = [raw[:n], random_write(rng, rng.random() < 0.5, payload_max=40).encode()]
     dut = IcrcChecker()
     expected = [
         (octet, last, int(icrc_ok_model(raw)) if last else None)
