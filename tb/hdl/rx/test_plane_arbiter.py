@@ -30,10 +30,12 @@ def _packet(plane, seq, rng):
     return bytes([plane, seq & 0xFF, seq >> 8]) + rng.randbytes(rng.randrange(0, 40))
 
 
-@pytest.mark.parametrize("w,planes", [(1, 4), (4, 3), (8, 2), (4, 1)])
-def test_packets_intact_tagged_and_not_interleaved(w, planes):
+@pytest.mark.parametrize("w,planes,user", [(1, 4, 0), (4, 3, 0), (8, 2, 0), (4, 1, 0), (4, 2, 1)])
+def test_packets_intact_tagged_and_not_interleaved(w, planes, user):
+    """With ``user`` bits (the ports' ICRC verdict), a packet's last beat keeps its own: here bit 0 of
+    the packet's sequence number, while the other beats carry random bits."""
     rng = random.Random(w * 10 + planes)
-    dut = PlaneArbiter(data_width=w, planes=planes)
+    dut = PlaneArbiter(data_width=w, planes=planes, user_width=user)
     sent = {p: [_packet(p, s, rng) for s in range(rng.randrange(10, 25))] for p in range(planes)}
     total = sum(len(v) for v in sent.values())
     received = {p: [] for p in range(planes)}
@@ -45,6 +47,8 @@ def test_packets_intact_tagged_and_not_interleaved(w, planes):
                 for _ in range(local.randrange(0, 6)):  # gaps between packets
                     await ctx.tick()
                 for beat in _beats(pkt, w):
+                    if user:
+                        beat["user"] = pkt[1] & 1 if beat["last"] else local.getrandbits(1)
                     await stream_put(ctx, dut.i[p], beat, stall=0.2, rng=local)
 
         return bench
@@ -62,6 +66,8 @@ def test_packets_intact_tagged_and_not_interleaved(w, planes):
                 assert beat.keep == (1 << n) - 1
                 data += beat.data.to_bytes(w, "little")[:n]
                 if beat.last:
+                    if user:
+                        assert beat.user == data[1] & 1, "the last beat's user bit"
                     break
             assert data[0] == plane
             received[plane].append(data)
