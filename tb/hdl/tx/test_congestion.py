@@ -251,3 +251,44 @@ def test_trim_and_quick_adapt_gate():
         assert ctx.get(dut.cwnd[1]) == 76799 - mtu and _stats(ctx, dut)["quick_adapts"] == 3
 
     run(dut, bench, name="congestion_quick_adapt")
+
+
+def test_edge_registers():
+    """Register values the model comparison does not reach, pinned to exact windows: max_cwnd below mtu
+    (the clamp to [mtu, max_cwnd] takes mtu first), and increases whose quotient is near the 2^52 where,
+    with alpha = 1/4096, the increase reaches cwnd's 40 bits."""
+    p = _params()
+    dut = CongestionControl(qps=1)
+    t = 1000
+
+    async def bench(ctx):
+        _setup(ctx, dut, p)
+        ctx.set(dut.max_cwnd, 1000)  # below mtu (4096)
+        await ctx.delay(0)
+        assert ctx.get(dut.cwnd[0]) == 1000  # a fresh QP reads as max_cwnd
+        await _event(ctx, dut, t, 0, CcKind.LOSS)
+        assert ctx.get(dut.cwnd[0]) == 4096  # max_cwnd, then up to mtu
+        await _event(ctx, dut, t, 0, CcKind.LOSS)
+        assert ctx.get(dut.cwnd[0]) == 1000  # mtu is above max_cwnd: down to it
+        await _event(ctx, dut, t, 0, CcKind.SACK, 10000, BASE, 0)
+        assert ctx.get(dut.cwnd[0]) == 4096  # an increase: to max_cwnd, then up to mtu
+        await _event(ctx, dut, t, 0, CcKind.TRIM)
+        assert ctx.get(dut.cwnd[0]) == 1000  # max(cwnd - mtu, mtu), then down to max_cwnd
+        await _event(ctx, dut, t + BASE, 0, CcKind.SACK, 0, BASE + 100, 1)
+        assert ctx.get(dut.cwnd[0]) == 4096  # a decrease: up to mtu
+
+        # The quotient acked * (target - delay) * 2^8 / target (Q.8 bytes before alpha) near 2^52.
+        ctx.set(dut.max_cwnd, (1 << 32) - 1)
+        ctx.set(dut.base_rtt, 0xFFFF)
+        ctx.set(dut.target, 1)
+        ctx.set(dut.alpha, 1)
+        await _configure(ctx, dut, 0)
+        await _event(ctx, dut, t, 0, CcKind.TRIM)  # nothing acked: quick adapt to mtu
+        assert ctx.get(dut.cwnd[0]) == 4096
+        await _event(ctx, dut, t, 0, CcKind.SACK, 1 << 31, 0x10000 - 4096, 0)  # quotient 2^51
+        assert ctx.get(dut.cwnd[0]) == 4096 + (1 << 31)
+        await _event(ctx, dut, t, 0, CcKind.SACK, (1 << 31) + 1, 0x10000 - 8192, 0)  # 2^52 + 2^21
+        assert ctx.get(dut.cwnd[0]) == (1 << 32) - 1  # 2^40 or more in Q.8: to max_cwnd, not wrapped
+        assert _stats(ctx, dut)["proportional"] == 3 and _stats(ctx, dut)["quick_adapts"] == 1
+
+    run(dut, bench, name="congestion_edges")
