@@ -18,9 +18,15 @@ for the line to go high again before it looks for the next start bit (so a break
 counts once).
 
 :class:`UartTx` sends each byte it takes as start bit, 8 data bits, one stop bit.
+
+Both count the cycles of a bit up from 0 and compare with ``divisor`` (and ``divisor`` / 2): restarting
+at 0 is the flip-flops' own reset, and no reload value (``divisor`` - 1) needs a subtractor. The state is
+kept in a few flags and a bit counter rather than a state machine, which Yosys maps into fewer LUTs. With
+``divisor`` tied to 62 (the Colorlight's 62.5 MHz at 1 Mbaud), Yosys ``synth_ecp5`` as in
+``mrcnic.boards.synth_block``: 43 logic cells for the receiver and 47 for the transmitter, from 75 and 126.
 """
 
-from amaranth import Cat, Module, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import cdc, data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -36,7 +42,8 @@ def rx_byte_layout() -> data.StructLayout:
 
 class UartRx(wiring.Component):
     """Members: ``rx`` (In, the pin), ``divisor`` (In, clocks per bit), ``data`` (Out, one
-    :func:`rx_byte_layout` per character, no backpressure: a UART cannot wait)."""
+    :func:`rx_byte_layout` per character, no backpressure: a UART cannot wait; ``data.payload`` is meaningful
+    only while ``data.valid`` is high)."""
 
     rx: In(1, init=1)
     divisor: In(DIVISOR_BITS)
@@ -47,49 +54,44 @@ class UartRx(wiring.Component):
         line = Signal(init=1)
         m.submodules.sync_rx = cdc.FFSynchronizer(self.rx, line, init=1, stages=2)
 
-        timer = Signal(DIVISOR_BITS)
-        bits = Signal(range(9))
+        # Cycles since the falling edge or the last sample: counting up and comparing with `divisor`
+        # needs no reload value (`divisor` - 1, a subtractor unless `divisor` is a constant).
+        timer = Signal(DIVISOR_BITS, reset_less=True)  # only counts from a restart
+        half = Signal()
+        full = Signal()
+        m.d.comb += [half.eq(timer + 1 == self.divisor >> 1), full.eq(timer + 1 == self.divisor)]
+        active = Signal()  # a character is being received
+        wait_high = Signal()  # after a framing error: until the line goes high (a break counts once)
+        bit = Signal(range(10))  # 0: the start bit (checked half a bit in), 1..8: data, 9: stop
         shreg = Signal(8)
-        m.d.sync += self.data.valid.eq(0)
-        with m.If(timer != 0):
-            m.d.sync += timer.eq(timer - 1)
+        # The character stays in `shreg` until the next one's first data bit, 1.5 bit times at least.
+        m.d.comb += self.data.payload.data.eq(shreg)
 
-        with m.FSM():
-            with m.State("IDLE"):
-                with m.If(~line):
-                    # Half a bit, so the following samples fall in the middle of each bit.
-                    m.d.sync += timer.eq((self.divisor >> 1) - 1)
-                    m.next = "START"
-            with m.State("START"):
-                with m.If(timer == 0):
-                    with m.If(line):
-                        m.next = "IDLE"  # a glitch, not a start bit
-                    with m.Else():
-                        m.d.sync += [timer.eq(self.divisor - 1), bits.eq(0)]
-                        m.next = "DATA"
-            with m.State("DATA"):
-                with m.If(timer == 0):
-                    m.d.sync += [
-                        shreg.eq(Cat(shreg[1:], line)),
-                        bits.eq(bits + 1),
-                        timer.eq(self.divisor - 1),
-                    ]
-                    with m.If(bits == 7):
-                        m.next = "STOP"
-            with m.State("STOP"):
-                with m.If(timer == 0):
-                    m.d.sync += [
-                        self.data.valid.eq(1),
-                        self.data.payload.data.eq(shreg),
-                        self.data.payload.framing_error.eq(~line),
-                    ]
-                    with m.If(line):
-                        m.next = "IDLE"
-                    with m.Else():
-                        m.next = "BREAK"
-            with m.State("BREAK"):
+        edge = ~active & ~wait_high & ~line
+        sample = active & Mux(bit == 0, half, full)
+        m.d.sync += self.data.valid.eq(0)
+        with m.If(edge | sample):
+            m.d.sync += timer.eq(0)
+        with m.Else():
+            m.d.sync += timer.eq(timer + 1)
+        with m.If(edge):
+            m.d.sync += [active.eq(1), bit.eq(0)]
+        with m.If(sample):
+            m.d.sync += bit.eq(bit + 1)
+            with m.If(bit == 0):
                 with m.If(line):
-                    m.next = "IDLE"
+                    m.d.sync += active.eq(0)  # a glitch, not a start bit
+            with m.Elif(bit == 9):
+                m.d.sync += [
+                    active.eq(0),
+                    wait_high.eq(~line),
+                    self.data.valid.eq(1),
+                    self.data.payload.framing_error.eq(~line),
+                ]
+            with m.Else():
+                m.d.sync += shreg.eq(Cat(shreg[1:], line))
+        with m.If(wait_high & line):
+            m.d.sync += wait_high.eq(0)
         return m
 
 
@@ -103,18 +105,22 @@ class UartTx(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        timer = Signal(DIVISOR_BITS)
-        bits = Signal(range(11))
-        shreg = Signal(10, init=0x3FF)
-        m.d.comb += self.tx.eq(shreg[0])
+        timer = Signal(DIVISOR_BITS, reset_less=True)  # cycles into the bit, as in UartRx
+        bit_end = Signal()
+        m.d.comb += bit_end.eq(timer + 1 == self.divisor)
+        bit = Signal(range(11), init=10)  # on the line: 0 the start bit, 1..8 data, 9 the stop bit; 10 idle
+        hold = Signal(8)
+        line = Signal(init=1)
+        m.d.comb += self.tx.eq(line)
         # Ready in the last cycle of the stop bit too: characters go out back to back.
-        m.d.comb += self.data.ready.eq((bits == 0) | ((bits == 1) & (timer == 0)))
+        m.d.comb += self.data.ready.eq((bit == 10) | ((bit == 9) & bit_end))
+        with m.If(self.data.valid & self.data.ready | bit_end):
+            m.d.sync += timer.eq(0)
+        with m.Else():
+            m.d.sync += timer.eq(timer + 1)
         with m.If(self.data.valid & self.data.ready):
-            # start bit (0), data LSB first, stop bit (1)
-            m.d.sync += [shreg.eq(Cat(0, self.data.payload, 1)), bits.eq(10), timer.eq(self.divisor - 1)]
-        with m.Elif(bits != 0):
-            with m.If(timer == 0):
-                m.d.sync += [shreg.eq(Cat(shreg[1:], 1)), bits.eq(bits - 1), timer.eq(self.divisor - 1)]
-            with m.Else():
-                m.d.sync += timer.eq(timer - 1)
+            m.d.sync += [line.eq(0), hold.eq(self.data.payload), bit.eq(0)]
+        with m.Elif(bit_end & (bit != 10)):
+            # the next bit: data LSB first, the stop bit, then idle (both 1)
+            m.d.sync += [line.eq(Cat(hold, 1, 1).bit_select(bit, 1)), bit.eq(bit + 1)]
         return m
