@@ -49,7 +49,23 @@ class BoardSpec:
     router: str = "router2"  # nextpnr's router for this board's build
     # nextpnr BEL of the core reset's DCCA global buffer; None lets the placer choose.
     reset_buffer_bel: str | None = None
+    # Memories (name patterns in the flattened design, Yosys's wildcards) put in block RAM although Yosys
+    # would take LUT RAM: on a board short of logic cells and with block RAM to spare (docs/boards.md).
+    block_ram: tuple[str, ...] = ()
 
+
+# The Colorlight's LUT-RAM memories that go to block RAM, with the DP16KD each takes (36 bits a word).
+COLORLIGHT_BLOCK_RAM = (
+    "*.rx.engine.completion_fence.storage",  # 3
+    "*.rx.engine.ack_fence.storage",  # 3
+    "*.prober.mem",  # 4
+    "*.rx.buffer.meta.storage",  # 1
+    "*.rx.buffer.records.storage",  # 1
+    "*.rx.writer.w_queue.storage",  # 1
+    "*.rx.writer.b_queue.storage",  # 1
+    "*.tx.plane_order.storage",  # 1
+    "*.tx_fifo.unbuffered.storage",  # 2 in each port: the clock-domain crossing towards the MAC
+)
 
 BOARDS = {
     "versa_ecp5": BoardSpec(
@@ -79,10 +95,16 @@ BOARDS = {
         planes=2,
         core_hz=62.5e6,
         memory_size=1 << 14,
-        max_frame=4242,
+        # PMTU 1024: every frame fits a standard 1500-byte Ethernet MTU (no jumbo frames on the switch),
+        # and the NIC's plane FIFOs, frame buffer and the ports' rings need a quarter of the block RAM
+        # (the largest frame: 142 header octets, 1024, the ICRC; one block RAM per ring).
+        max_frame=1170,
         leds=None,
         program="openFPGALoader -c <your JTAG cable, e.g. ft232RL or dirtyJtag>",
-        nic={"destinations": 0},  # without SRv6, as the Versa
+        nic={"destinations": 0, "max_pmtu": 1024},  # without SRv6, as the Versa
+        # The block RAM PMTU 1024 leaves (20 of the 56) holds these queues and tables instead of LUT RAM:
+        # six logic cells per 16 words of 4 bits there, none here.
+        block_ram=COLORLIGHT_BLOCK_RAM,
     ),
     "ecpix5": BoardSpec(
         # One plane: a 31.25 MHz core moves 2 Gb/s (8 bytes a beat), twice the line rate. The whole NIC

@@ -47,8 +47,15 @@ ROUTE_PATIENCE = 25
 SYNTH_OPTS = "-run :map_ram"
 
 
-def _after_synth(name: str) -> str:
-    return f"{YOSYS_UNDEFINED_COLLISIONS}; synth_ecp5 -top {name} -run map_ram:"
+def _after_synth(name: str, block_ram: tuple[str, ...] = ()) -> str:
+    """The second half; ``block_ram``: memory name patterns marked ``ram_style = "block"`` first (each
+    must name a memory: a renamed block fails the build instead of quietly landing in LUT RAM again)."""
+    steer = "".join(
+        f"select -assert-min 1 t:$mem_v2 */{pattern} %i; "
+        f'setattr -set ram_style "block" t:$mem_v2 */{pattern} %i; '
+        for pattern in block_ram
+    )
+    return f"{YOSYS_UNDEFINED_COLLISIONS}; {steer}synth_ecp5 -top {name} -run map_ram:"
 
 
 UTILISATION = {
@@ -272,7 +279,7 @@ def _build_with_seed(
             build_dir=str(build_dir),
             do_program=False,
             synth_opts=SYNTH_OPTS,
-            script_after_synth=_after_synth(name),
+            script_after_synth=_after_synth(name, spec.block_ram),
             nextpnr_opts=(
                 "--report nextpnr-report.json --timing-allow-fail "
                 f"--seed {seed} --placer {placer} --router {router}"

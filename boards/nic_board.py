@@ -64,7 +64,16 @@ __all__ = ["BOARD_NIC", "NicBoard", "board_nic_parameters"]
 # in flip-flops: four took 123 LUT-RAM blocks, 738 logic cells (docs/boards.md). The ports append and check
 # the ICRC an octet per cycle, far smaller than the core's 4- or 8-byte ICRC engines (``port_icrc``).
 BOARD_NIC = dict(
-    data_width=8, qps=2, ev_slots=8, backups=1, window=64, mrs=4, destinations=2, lookahead=2, port_icrc=1
+    data_width=8,
+    qps=2,
+    ev_slots=8,
+    backups=1,
+    window=64,
+    mrs=4,
+    destinations=2,
+    lookahead=2,
+    port_icrc=1,
+    max_pmtu=4096,
 )
 
 

@@ -40,7 +40,7 @@ Time. ``now`` counts core cycles; ``now_ts`` (TSETH / PETH timestamps and the co
 clock) counts 128 ns ticks, from a prescaler of ``round(clock_hz * 128 ns)`` cycles.
 """
 
-from amaranth import Elaboratable, Module, Signal
+from amaranth import Elaboratable, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -53,7 +53,7 @@ from .tx.ack_watchdog import AckWatchdog
 from .tx.congestion import STATS as CC_STATS
 from .tx.congestion import CongestionControl
 from .tx.header_builder import tx_config_layout
-from .tx.layouts import bits_for
+from .tx.layouts import MAX_PMTU, PMTUS, bits_for
 from .tx.path_selector import STATS as PATH_STATS
 from .tx.pipeline import TxPipeline
 from .tx.prober import STATS as PROBER_STATS
@@ -109,7 +109,10 @@ class MrcNic(wiring.Component):
     the validator regions past it, docs/host-interface.md), ``port_icrc`` (the Ethernet ports append and
     check the ICRC, one octet per cycle, ``mrcnic.hdl.eth.octet_icrc``, as the boards' NICs do: frames
     leave on ``m_axis`` without it, and ``s_axis[p].tuser`` is a received frame's verdict on its last
-    beat; the core then has no ICRC logic of its own).
+    beat; the core then has no ICRC logic of its own), ``max_pmtu`` (the largest path MTU, a power of
+    two from 256 to 4096: the transmit plane FIFOs and the receive frame buffer hold frames of that size,
+    and the ``pmtu_log2`` the segmenter uses is capped at it. 1024 keeps every frame inside a standard
+    1500-byte Ethernet MTU, and a board's NIC then needs a quarter of the block RAM, docs/boards.md).
     """
 
     def __init__(
@@ -127,7 +130,11 @@ class MrcNic(wiring.Component):
         lookahead: int = 4,
         addr_width: int = 64,
         port_icrc: bool = False,
+        max_pmtu: int = MAX_PMTU,
     ):
+        if max_pmtu not in PMTUS:
+            raise ValueError(f"max_pmtu must be one of {', '.join(map(str, PMTUS))}, not {max_pmtu!r}")
+        self.max_pmtu = max_pmtu
         self.data_width, self.planes, self.qps, self.ev_slots = data_width, planes, qps, ev_slots
         self.port_icrc = port_icrc
         self.addr_width = addr_width
@@ -146,6 +153,7 @@ class MrcNic(wiring.Component):
             control_in=True,
             addr_width=addr_width,
             append_icrc=not port_icrc,
+            max_pmtu=max_pmtu,
         )
         # The receive side's SACKs, NACKs and ACKs go out through the transmit pipeline, which appends
         # their ICRC with the one it has for data: one ICRC inserter, not two (docs/boards.md).
@@ -160,6 +168,7 @@ class MrcNic(wiring.Component):
             control_to_tx=True,
             addr_width=addr_width,
             port_icrc=port_icrc,
+            max_pmtu=max_pmtu,
         )
         self._tracker = TxTracker(qps=qps, window=window, ev_slots=ev_slots)
         self._prober = Prober(qps=qps, ev_slots=ev_slots, targets=self._tx._paths.targets)
@@ -213,7 +222,7 @@ class MrcNic(wiring.Component):
             # beats a plane may have queued inside the NIC before it gets no new packet (default: one
             # maximum-size packet)
             "plane_queue_beats": In(range(self._tx.plane_fifo_depth + 1), init=self._tx.max_packet_beats),
-            "pmtu_log2": In(4, init=12),
+            "pmtu_log2": In(4, init=max_pmtu.bit_length() - 1),
             "min_active": In(range(ev_slots + 1), init=max(1, ev_slots // 4)),
             "rto_cycles": In(32, init=cycles(4 * base_rtt_us)),
             "reorder_cycles": In(32, init=cycles(0.75 * base_rtt_us + 2)),
@@ -223,7 +232,7 @@ class MrcNic(wiring.Component):
             "probe_rto": In(32, init=cycles(4 * base_rtt_us)),
             "probe_k": In(3, init=3),
             "cc_enabled": In(1, init=1),
-            "cc_mtu": In(16, init=4096),
+            "cc_mtu": In(16, init=max_pmtu),
             "cc_max_cwnd": In(32, init=1 << 20),
             "cc_base_rtt": In(16, init=ticks(base_rtt_us)),
             "cc_target": In(16, init=ticks(0.75 * base_rtt_us)),
@@ -251,6 +260,7 @@ class MrcNic(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         planes, qps = self.planes, self.qps
+        max_log2 = self.max_pmtu.bit_length() - 1
         m.submodules.tx = tx = self._tx
         m.submodules.rx = rx = self._rx
         m.submodules.tracker = tracker = self._tracker
@@ -339,7 +349,8 @@ class MrcNic(wiring.Component):
         m.d.comb += [
             tx.config.eq(self.config),
             rx.config.eq(self.config),
-            tx.pmtu_log2.eq(self.pmtu_log2),
+            # Capped: a larger packet would not fit the plane FIFOs (the driver refuses it anyway).
+            tx.pmtu_log2.eq(Mux(self.pmtu_log2 > max_log2, max_log2, self.pmtu_log2)),
             tx.min_active.eq(self.min_active),
             tx.plane_up.eq(self.plane_up),
             tx.plane_queue_beats.eq(self.plane_queue_beats),

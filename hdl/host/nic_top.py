@@ -76,6 +76,7 @@ class MrcNicTop(wiring.Component):
         lookahead: int = 4,
         addr_width: int = 64,
         port_icrc: bool = False,
+        max_pmtu: int = 4096,
     ):
         params = dict(
             data_width=data_width,
@@ -88,6 +89,7 @@ class MrcNicTop(wiring.Component):
             destinations=destinations,
             clock_hz=clock_hz,
             addr_width=addr_width,
+            max_pmtu=max_pmtu,
         )
         self.params = params
         self.caps = Capabilities(**{**params, "clock_hz": int(clock_hz)})

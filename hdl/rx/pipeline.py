@@ -26,7 +26,7 @@ from ..dma.axi import Axi4WriteSignature
 from ..dma.writer import DmaWriter
 from ..stream import AxiStreamSignature, PacketStream, axis_to_stream, stream_to_axis
 from ..tx.header_builder import response_job_layout, tx_config_layout
-from ..tx.layouts import bits_for
+from ..tx.layouts import MAX_PMTU, bits_for
 from ..tx.source_router import route_configure_members
 from .feedback_decoder import FeedbackDecoder, feedback_packet_layout
 from .frame_buffer import FrameBuffer
@@ -72,7 +72,8 @@ class RxPipeline(wiring.Component):
     (:func:`~mrcnic.hdl.tx.header_builder.response_job_layout`), for the transmit pipeline's header
     builder to build and send with its data packets, as ``mrcnic.hdl.nic`` does), ``port_icrc``
     (the Ethernet ports check the ICRC, ``mrcnic.hdl.eth.octet_icrc``: ``s_axis[p].tuser`` is the verdict
-    on a frame's last beat, and the frame buffer has no ICRC engine)."""
+    on a frame's last beat, and the frame buffer has no ICRC engine), ``max_pmtu`` (the largest payload
+    the frame buffer holds a frame of, with 256 bytes of headers; a longer frame is dropped as oversize)."""
 
     def __init__(
         self,
@@ -88,8 +89,10 @@ class RxPipeline(wiring.Component):
         control_to_tx: bool = False,
         addr_width: int = 64,
         port_icrc: bool = False,
+        max_pmtu: int = MAX_PMTU,
     ):
         self.data_width, self.planes, self.qps, self.mrs = data_width, planes, qps, mrs
+        self.max_pmtu = max_pmtu
         self.addr_width = addr_width
         self.control_to_tx = control_to_tx
         self.port_icrc = port_icrc
@@ -143,7 +146,10 @@ class RxPipeline(wiring.Component):
             data_width=w, planes=planes, port_addresses=self.destinations > 0
         )
         m.submodules.buffer = buffer = FrameBuffer(
-            data_width=w, depth_frames=self.buffer_frames, icrc_from_user=self.port_icrc
+            data_width=w,
+            depth_frames=self.buffer_frames,
+            max_frame_bytes=self.max_pmtu + 256,
+            icrc_from_user=self.port_icrc,
         )
         # The parsed records between the parser and the validator, in flip-flops. The engine takes a
         # frame every ~13 cycles: up to 8 bytes a beat a header alone takes longer to arrive, so one

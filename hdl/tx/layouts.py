@@ -21,6 +21,7 @@ __all__ = [
 ]
 
 MAX_PMTU = 4096
+PMTUS = (256, 512, 1024, 2048, 4096)  # the path MTUs a QP may use (pmtu_log2 8..12)
 
 
 def bits_for(count: int) -> int:

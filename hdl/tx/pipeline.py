@@ -102,7 +102,8 @@ class TxPipeline(wiring.Component):
     ``control`` takes the receive side's control records, built and sent with the data packets; see
     "Control frames" in the module docstring), ``append_icrc`` (False:
     frames leave without their ICRC, for Ethernet ports that append it, ``mrcnic.hdl.eth.octet_icrc``;
-    no ICRC inserter is built).
+    no ICRC inserter is built), ``max_pmtu`` (the largest packet payload: the plane FIFOs are sized for
+    it; ``pmtu_log2`` must not exceed it, ``MrcNic`` caps it).
     """
 
     def __init__(
@@ -121,6 +122,7 @@ class TxPipeline(wiring.Component):
         control_in: bool = False,
         addr_width: int = 64,
         append_icrc: bool = True,
+        max_pmtu: int = MAX_PMTU,
     ):
         self.data_width, self.planes, self.qps = data_width, planes, qps
         self.append_icrc = append_icrc
@@ -135,7 +137,8 @@ class TxPipeline(wiring.Component):
         self.lookahead = lookahead
         self._paths = PathSelector(qps=qps, ev_slots=ev_slots, planes=planes, backups=backups)
         path_ports = self._paths.signature.members
-        self.max_packet_beats = -(-(MAX_HEADER_BYTES + MAX_PMTU + 4) // data_width) + 1
+        self.max_pmtu = max_pmtu
+        self.max_packet_beats = -(-(MAX_HEADER_BYTES + max_pmtu + 4) // data_width) + 1
         # Exactly that many packets (and a control frame): a power of two would nearly double the block RAM
         # (2 x 1,062 beats would take 4,096 at 4 bytes a beat), and the FIFO handles any depth.
         self.plane_fifo_depth = plane_fifo_packets * self.max_packet_beats + self.control_beats

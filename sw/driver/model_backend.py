@@ -140,8 +140,12 @@ class ModelDevice(Transport):
             if register is not None:
                 self.values[(block.name, register.name)] = register.reset
         fabric = cluster.fabric
+        # Packets of the fabric's MTU, as long as the NIC's buffers hold them (MAX_PMTU).
         params = cluster.fabric_config.params(
-            n_evs=caps.ev_slots, backup_evs=caps.backups, window=caps.window
+            n_evs=caps.ev_slots,
+            backup_evs=caps.backups,
+            window=caps.window,
+            mtu=min(cluster.fabric_config.mtu, caps.max_pmtu),
         )
         self.endpoint = Endpoint(host, params, fabric.cfg.info(), fabric.hosts[host], seed=host + 1)
         self.ports = _PortCounter(self.endpoint, fabric.hosts[host], caps.planes)

@@ -171,7 +171,7 @@ class Registers:
             raise DriverError("the device has no NIC_ID block of layout version 1")
         default = nic_register_map(Capabilities())["nic_id"]
         names = ("MAGIC", "DATA_WIDTH", "PLANES", "QPS", "EV_SLOTS", "BACKUPS", "WINDOW", "MRS")
-        names += ("DESTINATIONS", "CLOCK_HZ", "ADDR_WIDTH")
+        names += ("DESTINATIONS", "CLOCK_HZ", "ADDR_WIDTH", "MAX_PMTU")
         first = min(default.offsets[n] for n in names)
         words = await t.read_block(ident + first, (max(default.offsets[n] for n in names) - first) // 4 + 1)
         ident_reg = {n: words[(default.offsets[n] - first) // 4] for n in names}
@@ -188,6 +188,7 @@ class Registers:
             destinations=ident_reg["DESTINATIONS"],
             clock_hz=ident_reg["CLOCK_HZ"],
             addr_width=ident_reg["ADDR_WIDTH"],
+            max_pmtu=ident_reg["MAX_PMTU"],
             host_queues=(BlockType.COMPLETION_QUEUE, 0) in self.bases,
         )
         self.map = nic_register_map(caps)
@@ -337,8 +338,10 @@ class Qp:
             raise InvalidParameter(f"route template {peer.dest} outside 0..{caps.destinations - 1}")
         if pmtu is None:  # the NIC's path MTU (both ends must agree on it)
             pmtu = 1 << await regs.read("transport", "PMTU_LOG2")
-        if pmtu not in (256, 512, 1024, 2048, 4096):
-            raise InvalidParameter(f"PMTU {pmtu}: one of 256, 512, 1024, 2048, 4096")
+        pmtus = [size for size in (256, 512, 1024, 2048, 4096) if size <= caps.max_pmtu]
+        if pmtu not in pmtus:
+            allowed = ", ".join(map(str, pmtus))
+            raise InvalidParameter(f"PMTU {pmtu}: one of {allowed} (MAX_PMTU {caps.max_pmtu})")
         for name, value in (("psn", psn), ("peer_psn", peer_psn)):
             if not 0 <= value < 1 << 24:
                 raise InvalidParameter(f"{name} {value} is not a 24-bit PSN")
@@ -530,6 +533,9 @@ class Nic:
                 if int(value) != reg.reset:
                     raise InvalidParameter(f"{key} is fixed at {reg.reset} in this NIC: {reg.doc}")
                 continue
+            largest = self.caps.max_pmtu.bit_length() - 1
+            if key == "pmtu_log2" and not 8 <= int(value) <= largest:
+                raise InvalidParameter(f"pmtu_log2 {value}: 8..{largest} (MAX_PMTU {self.caps.max_pmtu})")
             per_block.setdefault(where[key], {})[key.upper()] = int(value)
         for name, block_values in per_block.items():
             await self.regs.write_many(name, block_values)

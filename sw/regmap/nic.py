@@ -55,6 +55,7 @@ class Capabilities:
     destinations: int = 4  # route templates; 0: built without SRv6 (single-IPv6 frames only)
     clock_hz: int = 250_000_000
     addr_width: int = 64  # host addresses the NIC reaches (its DMA): a board's on-chip memory needs fewer
+    max_pmtu: int = 4096  # the largest path MTU its buffers hold (1024: frames fit a 1500-byte Ethernet MTU)
     # The work queues in host memory (QP_QUEUES, COMPLETION_QUEUE blocks and the host counters). The
     # gateware's register file is built without them until its queue engine exists (issue 7, in progress).
     host_queues: bool = True
@@ -73,9 +74,9 @@ class Capabilities:
 
     @property
     def max_packet_beats(self) -> int:
-        """Beats of the largest frame (142 header bytes, PMTU 4096, ICRC) plus one: the TX plane queue's
+        """Beats of the largest frame (142 header bytes, ``max_pmtu``, ICRC) plus one: the TX plane queue's
         default fill limit (``TxPipeline.max_packet_beats``)."""
-        return -(-(142 + 4096 + 4) // self.data_width) + 1
+        return -(-(142 + self.max_pmtu + 4) // self.data_width) + 1
 
 
 def _bits(count: int) -> int:
@@ -360,6 +361,12 @@ def nic_register_map(c: Capabilities | None = None) -> RegisterMap:
                     access=RO,
                     reset=c.addr_width,
                 ),
+                R(
+                    "MAX_PMTU",
+                    "largest path MTU in bytes: PMTU_LOG2 and every QP's PMTU at most this",
+                    access=RO,
+                    reset=c.max_pmtu,
+                ),
             ],
             info=1,  # register map layout version 1
         )
@@ -476,7 +483,13 @@ def nic_register_map(c: Capabilities | None = None) -> RegisterMap:
                     binding="config.dscp_retx",
                 ),
                 R("OWN_GID", "own GID (inner IPv6 address)", 128, binding="config.own_gid"),
-                R("PMTU_LOG2", "path MTU, log2 bytes (8..12)", 4, reset=12, binding="pmtu_log2"),
+                R(
+                    "PMTU_LOG2",
+                    "path MTU, log2 bytes (8..log2 MAX_PMTU; larger values act as the largest)",
+                    4,
+                    reset=c.max_pmtu.bit_length() - 1,
+                    binding="pmtu_log2",
+                ),
                 R(
                     "PLANE_QUEUE_BEATS",
                     "beats a plane may have queued before it gets no new packet",
@@ -560,7 +573,7 @@ def nic_register_map(c: Capabilities | None = None) -> RegisterMap:
             "NSCC-style window control (docs/protocol.md §10). Fixed point as noted.",
             [
                 R("CC_ENABLED", "1: the window gates sending", 1, reset=1, binding="cc_enabled"),
-                R("CC_MTU", "bytes per increase step", 16, reset=4096, binding="cc_mtu"),
+                R("CC_MTU", "bytes per increase step", 16, reset=c.max_pmtu, binding="cc_mtu"),
                 R("CC_MAX_CWND", "window ceiling, bytes", reset=1 << 20, binding="cc_max_cwnd"),
                 R(
                     "CC_BASE_RTT",

@@ -224,6 +224,27 @@ def test_a_boards_nic_reaches_just_its_host_memory():
         assert module.submodules.board.caps.addr_width == (spec.memory_size - 1).bit_length(), name
 
 
+def test_the_colorlights_nic_keeps_to_a_standard_ethernet_mtu():
+    """The Colorlight's NIC is built for PMTU 1024 (MAX_PMTU, what the driver reads): its largest frame
+    without SRv6 (102 header octets, 1024, ICRC, FCS) fits the ports' ``max_frame``, each ring is one block
+    RAM, and the block RAM that frees holds the memories its Yosys script steers there, each of which must
+    exist (``select -assert-min``)."""
+    spec = BOARDS["colorlight_5a75b"]
+    board = BoardTop("colorlight_5a75b").elaborate(spec.platform()).submodules.board
+    assert board.caps.max_pmtu == 1024 and not board.caps.srv6
+    assert 102 + 1024 + 4 + 4 <= spec.max_frame < 2048
+    assert {(port.tx_buffer_bytes, port.rx_buffer_bytes) for port in board._ports} == {(2048, 2048)}
+    core = board._nic._core
+    assert core._tx.max_pmtu == core._rx.max_pmtu == 1024
+    assert core._tx.max_packet_beats == -(-(142 + 1024 + 4) // 8) + 1
+    script = build._after_synth("top", spec.block_ram)
+    assert spec.block_ram and script.endswith("synth_ecp5 -top top -run map_ram:")
+    for pattern in spec.block_ram:
+        assert f"select -assert-min 1 t:$mem_v2 */{pattern} %i; " in script
+        assert f'setattr -set ram_style "block" t:$mem_v2 */{pattern} %i; ' in script
+    assert "setattr" not in build._after_synth("top", BOARDS["versa_ecp5"].block_ram)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("board", ["ecpix5", "versa_ecp5"])  # about 20 minutes each
 def test_bitstream_builds_and_meets_timing(board):

@@ -63,7 +63,8 @@ SIDES = ("a", "b")
 CORE_PS = {"a": 16_000, "b": 15_998}
 TX_PS = {"a": 8_000, "b": 8_001}
 TX90_PS = 2_000  # the simulated 90-degree TX clock lags by a quarter period
-NIC = {"a": None, "b": BOARDS["versa_ecp5"].nic}  # B: the Versa's NIC (the boards' without SRv6)
+# B: the Colorlight's NIC (the boards' without SRv6, and PMTU 1024 at most)
+NIC = {"a": None, "b": BOARDS["colorlight_5a75b"].nic}
 
 
 class CableBench(wiring.Component):
@@ -203,6 +204,9 @@ async def rdma_write_over_both_planes(dut):
     for nic in (a, b):
         assert nic.caps.planes == PLANES and nic.caps.host_queues, nic.caps
     assert a.caps.srv6 and not b.caps.srv6 and b.caps.destinations == 0
+    assert (a.caps.max_pmtu, b.caps.max_pmtu) == (4096, 1024)
+    with pytest.raises(driver.InvalidParameter, match="MAX_PMTU 1024"):
+        await b.set_parameters(pmtu_log2=11)
     with pytest.raises(driver.InvalidParameter, match="without SRv6"):
         await b.set_route(0, RouteTemplate.for_clos(0xFCBB0000, 0, 1, 2))
     await _both(a.set_parameters(pmtu_log2=8), b.set_parameters(pmtu_log2=8))

@@ -146,6 +146,39 @@ def test_addresses_past_the_nics_reach_are_refused_before_the_device_sees_them()
     asyncio.run(body())
 
 
+def test_a_nic_with_a_smaller_max_pmtu_refuses_larger_ones_and_sends_within_it():
+    """A NIC built with MAX_PMTU 1024 (the Colorlight's, frames within a 1500-byte Ethernet MTU): the driver
+    reads it, PMTU_LOG2 resets to 10, a larger PMTU is refused by name before the device sees it, and a
+    write of several packets arrives byte-exact, in packets of 1024 bytes at most."""
+    cluster = ModelCluster(2, caps=Capabilities(max_pmtu=1024), link_rate_bps=10_000_000_000)
+    cfg = cluster.fabric_config
+
+    async def body():
+        hosts = [d.host for d in cluster.devices]
+        pair = await scenarios.open_pair(cluster.devices, hosts, uplinks=cfg.t1_count, half=cfg.half, seed=3)
+        a, b, qa = pair.a, pair.b, pair.qa
+        assert a.caps.max_pmtu == 1024
+        assert await a.regs.read("transport", "PMTU_LOG2") == 10
+        for value in (7, 11, 12):
+            with pytest.raises(driver.InvalidParameter, match="MAX_PMTU 1024"):
+                await a.set_parameters(pmtu_log2=value)
+        with pytest.raises(driver.InvalidParameter, match="PMTU 2048: one of 256, 512, 1024 "):
+            await (await a.create_qp()).connect(driver.PeerAddress(1, 0x100, 0), psn=0, peer_psn=0, pmtu=2048)
+        size = 3000
+        data = random.Random(3).randbytes(size)
+        source, region = a.memory.allocate(size), b.memory.allocate(size)
+        await a.t.mem_write(source, data)
+        mr = await b.register_memory(region, size)
+        await qa.post_write(source, mr.address, mr.rkey, size, wr_id="w")
+        [done] = await a.wait_completions(1, timeout_ns=1e6)
+        assert done.ok and done.wr_id == "w", done
+        assert await b.t.mem_read(region, size) == data
+        counters = await a.counters()
+        assert counters["tx_packets"] == 3, counters  # 1024 + 1024 + 952
+
+    asyncio.run(body())
+
+
 class BlockCounting(driver.Transport):
     """A reference-model NIC whose register traffic is recorded as block transfers: what one UART bridge
     frame carries, so the list is the number of frames a board would exchange."""
