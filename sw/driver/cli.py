@@ -58,7 +58,7 @@ async def _info(nic: Nic, args) -> None:
         f"backups per plane, window {caps.window}, {caps.mrs} MRs, "
         f"{f'{caps.destinations} routes' if caps.srv6 else 'no SRv6'}, "
         f"{8 * caps.data_width}-bit data path at {caps.clock_hz / 1e6:g} MHz, "
-        f"{caps.addr_width}-bit host addresses"
+        f"{caps.addr_width}-bit host addresses, PMTU up to {caps.max_pmtu}"
     )
     print(
         "ports       "

@@ -6,7 +6,11 @@ from mrcnic.cli import main
 def test_info_and_empty_views(capsys):
     assert main(["info"]) == 0
     out = capsys.readouterr().out
-    assert "4 planes, 4 QPs, 16 EV slots" in out and "plane 3 up" in out and "64-bit host addresses" in out
+    assert (
+        "4 planes, 4 QPs, 16 EV slots" in out
+        and "plane 3 up" in out
+        and "64-bit host addresses, PMTU up to 4096" in out
+    )
     assert main(["counters"]) == 0
     out = capsys.readouterr().out
     assert "every event counter is 0" in out
