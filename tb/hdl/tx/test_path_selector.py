@@ -373,8 +373,8 @@ def test_protocol_test_vector(planes):
 @pytest.mark.parametrize(
     "n, planes, backups, requests",
     [
-        (4, 1, 0, 1500),
-        (4, 1, 2, 1200),
+        (4, 1, 0, 3000),
+        (4, 1, 2, 2400),
         (16, 2, 2, 1500),
         (16, 4, 4, 1000),
         (64, 4, 2, 1000),
@@ -417,6 +417,10 @@ def test_against_reference(n, planes, backups, requests):
                 traced.append((t.qp, t.target, t.ev, Ev(t.event), TraceOutcome(t.outcome), t.new_ev))
                 assert t.plane_up == v[-2]
             env.append(tuple(v[-3:]))
+
+    def draining():
+        """The last two thirds: no reserve entry is refilled, so losses meet empty backup queues."""
+        return len(responses) > requests // 3
 
     def random_backup_ev(p):
         return make_ev(p, rng.randrange(256), n + rng.randrange(1 << 20))
@@ -464,15 +468,15 @@ def test_against_reference(n, planes, backups, requests):
                 if start:
                     probed.append((q, t, ev))
             seen_watch = len(drain.records)
-            losses = 32 if len(responses) > requests // 2 else 16  # second half: more guard cases
+            losses = 32 if draining() else 16  # more guard cases
             event = rng.choices(events, [30, 12, losses, 12, 8, 2, 8])[0]
             in_slots = [i for i, (_, t, _) in enumerate(probed) if t < n]
             if event in PROBE_OKS and probed and rng.random() < 0.9:
                 q, s, ev = probed.pop(rng.randrange(len(probed)))
                 if rng.random() < 0.1:
                     ev ^= 1 << rng.randrange(32)  # stale
-                elif s >= n and len(responses) > requests // 2:
-                    continue  # second half: not restored, the backups run out and losses reach the guard
+                elif s >= n and draining():
+                    continue  # not restored: the backups run out and losses reach the guard
             elif event in (Ev.DENY, Ev.RESTORE) and in_slots and rng.random() < 0.9:
                 q, s, ev = probed.pop(rng.choice(in_slots))  # the host takes over a probed slot
             else:
@@ -503,7 +507,7 @@ def test_against_reference(n, planes, backups, requests):
         b = Bench(ctx, dut, rng)
         await ctx.tick().repeat(40 * n)
         while running["requests"]:
-            drain_phase = len(responses) > requests // 2  # second half: the backups run out
+            drain_phase = draining()  # the backups run out
             await ctx.tick().repeat(rng.randrange(5, 50 if drain_phase else 200) * max(1, 16 // n))
             q, p, i = rng.randrange(qps), rng.randrange(planes), rng.randrange(max(backups, 1))
             x = rng.random()
@@ -558,18 +562,20 @@ def test_against_reference(n, planes, backups, requests):
     seen["watch_stop"] = sum(1 for w in ref.watch if not w[3])
     seen.update(Counter(t[4].name for t in traced))
     print(dict(seen), final)
-    # The random mix reached every rule.
-    assert seen["found"] > requests // 3 and seen["not_found"] > 0 and seen["avoided"] > 0
+    # The random mix reached every rule (each is reached several times with any seed: with 150 seeds of
+    # the (4, 1, 2) mix the rarest, GUARDED, came 6 to 31 times).
+    why = f"seed {seed}: {dict(seen)} {final}"
+    assert seen["found"] > requests // 3 and seen["not_found"] > 0 and seen["avoided"] > 0, why
     assert all(
         final[name] > 0 for name in ("retired", "restored", "guarded", "stale_feedback", "skipped_visits")
-    )
-    assert seen["watch_stop"] > 0
+    ), why
+    assert seen["watch_stop"] > 0, why
     reached = {"SKIP", "RETIRED", "GUARDED", "RESTORED", "STALE", "HOST", "UNCHANGED"}
-    assert reached <= set(seen), f"trace outcomes reached: {seen}"
+    assert reached <= set(seen), why
     if backups:
-        assert final["replaced"] > 0 and seen["reserve_restored"] > 0
+        assert final["replaced"] > 0 and seen["reserve_restored"] > 0, why
     else:
-        assert final["replaced"] == 0
+        assert final["replaced"] == 0, why
 
 
 @pytest.mark.parametrize("n, planes", [(8, 2), (16, 4), (32, 1)])
