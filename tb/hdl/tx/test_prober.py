@@ -318,12 +318,12 @@ def test_down_plane_is_not_probed_and_unwatch_stops():
 
 
 @pytest.mark.parametrize(
-    "qps, ev_slots, n, steps", [(2, 3, 3, 1400), (3, 4, 4, 700), (2, 4, 7, 700), (1, 1, 1, 4000)]
+    "qps, ev_slots, n, steps", [(2, 3, 3, 1400), (3, 4, 4, 1400), (2, 4, 7, 700), (1, 1, 1, 8000)]
 )
 def test_against_reference(qps, ev_slots, n, steps):
     """``n`` probe targets per QP (the third case: 4 slots and 3 reserve entries; the last: a single
     entry, so the scan writes and reads the same memory row in every cycle, and more steps so that k
-    answers in a row, a restore, happen too; the first case also runs longer for that reason)."""
+    answers in a row, a restore, happen too; the first two cases also run longer for that reason)."""
     seed = _seed()
     rng = random.Random(seed)
     dut = _dut(qps, ev_slots, n)
@@ -373,8 +373,9 @@ def test_against_reference(qps, ev_slots, n, steps):
     assert b.probes == ref.probes and b.restores == ref.restores
     assert final == ref.stats
     print(final)
-    # the run must have exercised every path
-    assert all(final[k] > 0 for k in STATS), final
+    # The run must have exercised every path. The rarest, restores (K answers in a row), came 4 to 26
+    # times in 6 to 7 seeds of each case before the second and the last ran twice as long.
+    assert all(final[k] > 0 for k in STATS), f"seed {seed}: {final}"
 
 
 async def _offer(ctx, stream, payload):
