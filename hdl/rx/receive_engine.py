@@ -243,6 +243,9 @@ class ReceiveEngine(wiring.Component):
         # The verdict stays on ``verdict`` until its sequence ends (taken in QUERY): no copy of its
         # 700 bits here.
         v = self.verdict.payload
+        # The feedback stream carries the verdict in every state (``valid`` says when): gated by the state,
+        # it would cost a gate per bit.
+        m.d.comb += self.feedback.payload.eq(v)
         t = Signal(sack.verdict.payload.shape())
         h = v.header
         w = h.ext.write
@@ -313,7 +316,7 @@ class ReceiveEngine(wiring.Component):
                         m.next = "TRACK"
 
             with m.State("FEEDBACK"):
-                m.d.comb += [self.feedback.valid.eq(1), self.feedback.payload.eq(v)]
+                m.d.comb += self.feedback.valid.eq(1)
                 with m.If(self.feedback.ready):
                     m.next = "RELEASE"
 

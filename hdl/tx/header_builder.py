@@ -371,7 +371,24 @@ class HeaderBuilder(wiring.Component):
             resp_waiting = Const(0, 1)
         take_resp = resp_waiting & ~(data_first & parked.r_rdy)
         resp_length = Mux(srv6, 14 + 80 + 20, 14 + 40 + 20) + resp_ext_len
-        with m.FSM():
+        remaining = Signal(range(largest + 1))
+        with m.FSM() as fsm:
+            # The packet's beat is the header's or the payload's in every state (``valid`` says when):
+            # gated by the state, it would cost a gate per bit in front of the packer.
+            beat_in = self.dma_data.payload
+            in_payload = fsm.ongoing("PAYLOAD")
+            m.d.comb += [
+                remaining.eq(header_end - beat * w),
+                self.packet.payload.data.eq(Mux(in_payload, beat_in.data, select(words, beat))),
+                self.packet.payload.keep.eq(
+                    Mux(
+                        in_payload,
+                        beat_in.keep,
+                        Mux(remaining >= w, Const((1 << w) - 1, w), (Const(1, w + 1) << remaining) - 1),
+                    )
+                ),
+                self.packet.payload.last.eq(Mux(in_payload, beat_in.last, header_only & (remaining <= w))),
+            ]
             with m.State("IDLE"):
                 m.d.comb += [
                     self.packet_plane.valid.eq(parked.r_rdy | resp_waiting),
@@ -401,16 +418,7 @@ class HeaderBuilder(wiring.Component):
                 if self.responses:
                     m.d.comb += self.packet_plane.payload.response.eq(take_resp)
             with m.State("HEADER"):
-                remaining = Signal(range(largest + 1))
-                m.d.comb += [
-                    remaining.eq(header_end - beat * w),
-                    self.packet.valid.eq(1),
-                    self.packet.payload.data.eq(select(words, beat)),
-                    self.packet.payload.keep.eq(
-                        Mux(remaining >= w, Const((1 << w) - 1, w), (Const(1, w + 1) << remaining) - 1)
-                    ),
-                    self.packet.payload.last.eq(header_only & (remaining <= w)),
-                ]
+                m.d.comb += self.packet.valid.eq(1)
                 with m.If(self.packet.ready):
                     m.d.sync += beat.eq(beat + 1)
                     with m.If(remaining <= w):
@@ -422,12 +430,8 @@ class HeaderBuilder(wiring.Component):
                         else:
                             m.d.comb += parked.r_en.eq(1)
             with m.State("PAYLOAD"):
-                beat_in = self.dma_data.payload
                 m.d.comb += [
                     self.packet.valid.eq(self.dma_data.valid),
-                    self.packet.payload.data.eq(beat_in.data),
-                    self.packet.payload.keep.eq(beat_in.keep),
-                    self.packet.payload.last.eq(beat_in.last),
                     self.dma_data.ready.eq(self.packet.ready),
                 ]
                 with m.If(self.dma_data.valid & self.dma_data.ready):

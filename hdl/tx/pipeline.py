@@ -318,6 +318,9 @@ class TxPipeline(wiring.Component):
         )
         with m.If(self.sent.ready):
             m.d.sync += self.sent.valid.eq(0)
+        # The job register is the builder's job in every state (``valid`` says when): gated by the state,
+        # each of its ~400 bits would take a LUT in front of the builder's queue.
+        m.d.comb += builder.job.payload.eq(job)
         with m.FSM():
             with m.State("DESCRIPTOR"):
                 with m.If(self.probe.valid):
@@ -395,7 +398,7 @@ class TxPipeline(wiring.Component):
                 m.next = "JOB"
             with m.State("JOB"):
                 # The tracker hears of every data packet (``sent``) as it goes to the builder.
-                m.d.comb += [builder.job.valid.eq(~self.sent.valid), builder.job.payload.eq(job)]
+                m.d.comb += builder.job.valid.eq(~self.sent.valid)
                 with m.If(builder.job.valid & builder.job.ready):
                     with m.If(is_probe):
                         m.d.sync += self.stat_probes.eq(self.stat_probes + 1)

@@ -9,7 +9,7 @@ PSN limit (``psn_limit``, driven by the TX tracker: cack + window) and its conge
 served, so every eligible QP gets a turn before any QP gets a second one.
 """
 
-from amaranth import Module, Signal
+from amaranth import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -70,7 +70,13 @@ class QpScheduler(wiring.Component):
             with m.If(eligible.bit_select(q, 1)):
                 m.d.comb += chosen.eq(q)
 
-        with m.FSM():
+        # The descriptor's payload follows the source being served in every state, not just while it is
+        # valid: assigned inside the states, it would be forced to 0 in the others, a gate on each of its
+        # ~300 bits in front of the path stage's job register.
+        with m.FSM() as fsm:
+            m.d.comb += self.descriptor.payload.eq(
+                Mux(fsm.ongoing("RETRANSMIT"), self.retransmit.payload, self.new_packet.payload)
+            )
             with m.State("PICK"):
                 with m.If(self.retransmit.valid):
                     m.next = "RETRANSMIT"
@@ -80,11 +86,17 @@ class QpScheduler(wiring.Component):
                         m.d.sync += last_served.eq(chosen)
                         m.next = "NEW"
             with m.State("RETRANSMIT"):
-                wiring.connect(m, wiring.flipped(self.retransmit), wiring.flipped(self.descriptor))
+                m.d.comb += [
+                    self.descriptor.valid.eq(self.retransmit.valid),
+                    self.retransmit.ready.eq(self.descriptor.ready),
+                ]
                 with m.If(self.descriptor.valid & self.descriptor.ready):
                     m.next = "PICK"
             with m.State("NEW"):
-                wiring.connect(m, wiring.flipped(self.new_packet), wiring.flipped(self.descriptor))
+                m.d.comb += [
+                    self.descriptor.valid.eq(self.new_packet.valid),
+                    self.new_packet.ready.eq(self.descriptor.ready),
+                ]
                 with m.If(self.descriptor.valid & self.descriptor.ready):
                     m.next = "PICK"
         return m

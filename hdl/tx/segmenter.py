@@ -103,6 +103,9 @@ class Segmenter(wiring.Component):
         request = self.work_request.payload
         request_ok = (request.length != 0) & (request.length <= (1 << 31))
         current = Signal(self.descriptor.payload.shape())
+        # The register is the descriptor in every state (only ``valid`` says when it is one): gated by the
+        # state, each of its bits would take a LUT.
+        m.d.comb += self.descriptor.payload.eq(current)
         pending_qp = Signal(bits_for(qps))
 
         with m.FSM():
@@ -188,7 +191,7 @@ class Segmenter(wiring.Component):
                 m.next = "EMIT"
 
             with m.State("EMIT"):
-                m.d.comb += [self.descriptor.valid.eq(1), self.descriptor.payload.eq(current)]
+                m.d.comb += self.descriptor.valid.eq(1)
                 with m.If(self.descriptor.ready):
                     m.next = "IDLE"
         return m
