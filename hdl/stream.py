@@ -8,6 +8,11 @@ AXI-stream names (``tdata/tkeep/tlast/tvalid/tready``) so cocotbext-axi binds to
 
 A stream may carry ``user`` bits besides (``user_width``, AXI's ``tuser``): per-packet sideband that is
 meaningful on the ``last`` beat, such as the Ethernet port's ICRC verdict (:mod:`mrcnic.hdl.eth.octet_icrc`).
+
+Any stream's payload is meaningful only while ``valid`` is high. A source drives it outside its FSM states
+(or other conditions) where it can: a comb assignment inside a state is 0 in the others, a gate on every
+bit, and where one gated payload feeds another the gates stack (the TX descriptor path lost about 350
+logic cells to this, docs/boards.md).
 """
 
 from __future__ import annotations
