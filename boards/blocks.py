@@ -22,6 +22,11 @@ slice that holds its write port. Packing adds about 5 % (LUTs for routing throug
 37,582 after on the reduced Versa without SRv6, 2026-12-05), so compare blocks with this and the device
 with the build's ``report.json``. (Until 2026-12-05 this counted a LUT-RAM block as two cells; the
 tables in docs/benchmarks.md say which.)
+
+``--readers <signal>`` prints instead the LUT4s and carry cells that read a signal (every net attributed
+to a name starting with it), per block: the logic a signal steers, wherever it was charged. Reading a
+block's ``fsm_state`` this way is how the state gating of stream payloads showed up (docs/boards.md,
+session 25): a register's input logic charged to ``tx.job.descriptor`` read the segmenter's state.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from mrcnic.toolchain import apply_tool_environment
 from .board_top import BOARDS, BoardTop, nic_setting
 from .build import SYNTH_OPTS, _after_synth
 
-__all__ = ["CELL_OUTPUTS", "attribute", "input_ports", "logic_cells", "main", "synthesise"]
+__all__ = ["CELL_OUTPUTS", "attribute", "input_ports", "logic_cells", "main", "readers", "synthesise"]
 
 # The output ports of the ECP5 cells that take logic, and the figure each one counts towards.
 CELL_OUTPUTS = {
@@ -153,6 +158,30 @@ def attribute(
     return dict(blocks)
 
 
+def readers(
+    netlist: dict, top: str, signal: str, *, depth: int = 3, inputs: set[str] = frozenset()
+) -> dict[str, collections.Counter]:
+    """{block path (``depth`` components): Counter of ``lut4`` / ``ccu2c``} of the cells of the flattened
+    module ``top`` that read a net attributed (as :func:`attribute` does) to a name starting with
+    ``signal``; each cell counts once, in the block :func:`attribute` puts it in."""
+    module = netlist["modules"][top]
+    names = _net_owners(module, inputs)
+    blocks: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for cell in module["cells"].values():
+        kind = CELL_OUTPUTS.get(cell["type"])
+        if kind is None or kind[0] not in ("lut4", "ccu2c"):
+            continue
+        column, outputs = kind
+        connections = cell["connections"]
+        driven = [bit for port in outputs for bit in connections.get(port, [])]
+        read = [bit for port, bits in connections.items() if port not in outputs for bit in bits]
+        if not any(names.get(bit, "").startswith(signal) for bit in read):
+            continue
+        owner = next((names[b] for b in driven + read if b in names), "?")
+        blocks[".".join(owner.split(".")[:depth])][column] += 1
+    return dict(blocks)
+
+
 def synthesise(board: str, work_dir: Path, nic: dict | None = None) -> Path:
     """The board top (``nic``: NIC parameter overrides) through the bitstream build's Yosys script;
     returns the flattened JSON netlist (``hierarchy.json`` next to it is the design before flattening,
@@ -202,6 +231,9 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--netlist", type=Path, help="read this Yosys JSON netlist (and hierarchy.json beside it) instead"
     )
+    parser.add_argument(
+        "--readers", metavar="SIGNAL", help="only the LUT4s and carry cells that read this signal, per block"
+    )
     parser.add_argument("--build-dir", type=Path, default=Path("build/boards"))
     parser.add_argument(
         "--nic", nargs="*", type=nic_setting, default=[], metavar="KEY=VALUE", help="NIC parameter overrides"
@@ -213,7 +245,10 @@ def main(argv=None) -> None:
     top = f"mrcnic_{args.board}"
     hierarchy = path.parent / "hierarchy.json"
     inputs = input_ports(json.loads(hierarchy.read_text()), top) if hierarchy.exists() else set()
-    blocks = attribute(netlist, top, depth=args.depth, under=args.under, inputs=inputs)
+    if args.readers:
+        blocks = readers(netlist, top, args.readers, depth=args.depth, inputs=inputs)
+    else:
+        blocks = attribute(netlist, top, depth=args.depth, under=args.under, inputs=inputs)
     if args.top:
         keep = sorted(blocks, key=lambda b: -logic_cells(blocks[b]))[: args.top]
         rest = collections.Counter()

@@ -9,7 +9,7 @@ import subprocess
 from amaranth import Elaboratable, Module, Signal
 from amaranth.back import rtlil
 
-from mrcnic.boards.blocks import attribute, format_table, input_ports, logic_cells
+from mrcnic.boards.blocks import attribute, format_table, input_ports, logic_cells, readers
 from mrcnic.toolchain import apply_tool_environment
 
 from support.cocotb_runner import REPO_ROOT
@@ -84,3 +84,7 @@ def test_cells_land_in_their_blocks():
     assert logic_cells({"lut4": 5, "ccu2c": 3, "lutram": 2}) == 5 + 6 + 12
     # only the blocks asked for
     assert set(attribute(netlist, "top", depth=1, under="parity.")) == {"parity"}
+    # the logic that reads the staged word is parity's XOR tree, none of the counter's
+    read = readers(netlist, "top", "parity:word", depth=1, inputs=inputs)
+    assert set(read) == {"parity"} and read["parity"]["lut4"] >= 21 and read["parity"]["ccu2c"] == 0
+    assert readers(netlist, "top", "no_such_signal", inputs=inputs) == {}
