@@ -134,15 +134,11 @@ def _net_owners(module: dict, inputs: set[str] = frozenset()) -> dict[int, str]:
     return owner
 
 
-def attribute(
-    netlist: dict, top: str, *, depth: int = 3, under: str = "", inputs: set[str] = frozenset()
-) -> dict[str, collections.Counter]:
-    """{block path (``depth`` components): Counter of :data:`COLUMNS`} for the flattened module ``top``
-    of a Yosys JSON ``netlist``; only blocks whose path starts with ``under``; ``inputs``: the names of
-    sub-block input ports (:func:`input_ports`). Cells with no named net anywhere go to ``"?"``."""
-    module = netlist["modules"][top]
+def _logic_cells_of(module: dict, inputs: set[str]):
+    """``(column, owner, read_bits)`` for each cell of ``module`` that takes logic (:data:`CELL_OUTPUTS`):
+    the figure it counts towards, the name of the block it belongs to (the owner of the first named net
+    it drives, else of the first it reads; ``"?"`` if none has a name) and the net bits it reads."""
     names = _net_owners(module, inputs)
-    blocks: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for cell in module["cells"].values():
         kind = CELL_OUTPUTS.get(cell["type"])
         if kind is None:
@@ -150,11 +146,21 @@ def attribute(
         column, outputs = kind
         connections = cell["connections"]
         driven = [bit for port in outputs for bit in connections.get(port, [])]
-        inputs = [bit for port, bits in connections.items() if port not in outputs for bit in bits]
-        owner = next((names[b] for b in driven + inputs if b in names), "?")
-        if not owner.startswith(under):
-            continue
-        blocks[".".join(owner.split(".")[:depth])][column] += 1
+        read = [bit for port, bits in connections.items() if port not in outputs for bit in bits]
+        owner = next((names[b] for b in driven + read if b in names), "?")
+        yield column, owner, [names.get(bit, "") for bit in read]
+
+
+def attribute(
+    netlist: dict, top: str, *, depth: int = 3, under: str = "", inputs: set[str] = frozenset()
+) -> dict[str, collections.Counter]:
+    """{block path (``depth`` components): Counter of :data:`COLUMNS`} for the flattened module ``top``
+    of a Yosys JSON ``netlist``; only blocks whose path starts with ``under``; ``inputs``: the names of
+    sub-block input ports (:func:`input_ports`). Cells with no named net anywhere go to ``"?"``."""
+    blocks: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for column, owner, _ in _logic_cells_of(netlist["modules"][top], inputs):
+        if owner.startswith(under):
+            blocks[".".join(owner.split(".")[:depth])][column] += 1
     return dict(blocks)
 
 
@@ -164,21 +170,10 @@ def readers(
     """{block path (``depth`` components): Counter of ``lut4`` / ``ccu2c``} of the cells of the flattened
     module ``top`` that read a net attributed (as :func:`attribute` does) to a name starting with
     ``signal``; each cell counts once, in the block :func:`attribute` puts it in."""
-    module = netlist["modules"][top]
-    names = _net_owners(module, inputs)
     blocks: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    for cell in module["cells"].values():
-        kind = CELL_OUTPUTS.get(cell["type"])
-        if kind is None or kind[0] not in ("lut4", "ccu2c"):
-            continue
-        column, outputs = kind
-        connections = cell["connections"]
-        driven = [bit for port in outputs for bit in connections.get(port, [])]
-        read = [bit for port, bits in connections.items() if port not in outputs for bit in bits]
-        if not any(names.get(bit, "").startswith(signal) for bit in read):
-            continue
-        owner = next((names[b] for b in driven + read if b in names), "?")
-        blocks[".".join(owner.split(".")[:depth])][column] += 1
+    for column, owner, read in _logic_cells_of(netlist["modules"][top], inputs):
+        if column in ("lut4", "ccu2c") and any(name.startswith(signal) for name in read):
+            blocks[".".join(owner.split(".")[:depth])][column] += 1
     return dict(blocks)
 
 

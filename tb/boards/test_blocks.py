@@ -87,4 +87,10 @@ def test_cells_land_in_their_blocks():
     # the logic that reads the staged word is parity's XOR tree, none of the counter's
     read = readers(netlist, "top", "parity:word", depth=1, inputs=inputs)
     assert set(read) == {"parity"} and read["parity"]["lut4"] >= 21 and read["parity"]["ccu2c"] == 0
+    assert read["parity"]["lut4"] < blocks["parity"]["lut4"]  # the tree's first level, not all of it
+    # the counter's value is read by its own carry chain (and a LUT at most, for the lowest bit) only
+    counted = readers(netlist, "top", "counter.value", depth=1, inputs=inputs)
+    assert (
+        set(counted) == {"counter"} and counted["counter"]["ccu2c"] == 16 and counted["counter"]["lut4"] <= 1
+    )
     assert readers(netlist, "top", "no_such_signal", inputs=inputs) == {}
