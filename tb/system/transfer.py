@@ -56,6 +56,7 @@ class TransferResult:
     peer_counters: dict = field(default_factory=dict)
     sim_cycles_per_s: float = 0.0
     timeline: list = field(default_factory=list)  # (time_ps, plane, payload, rtx, ev) of every data frame
+    retransmissions: list = field(default_factory=list)  # (time_ps, psn, BTH.A) of every BTH.RTX data frame
     arrivals: list = field(default_factory=list)  # (time_ps, plane, psn, payload bytes, trimmed) at the peer
     lost_frames: int = 0  # data frames sent that did not reach the peer whole (dropped or trimmed)
     # reference-model scoreboards (tb/system/scoreboard.py): what was checked, and every disagreement
@@ -93,6 +94,8 @@ class Transfer:
             r.retx_frames += frame.bth.rtx
             r.plane_frames[plane] += 1
             r.timeline.append((now, plane, len(frame.payload), frame.bth.rtx, frame.ev))
+            if frame.bth.rtx:
+                r.retransmissions.append((now, frame.bth.psn, frame.bth.ack_req))
 
     async def run(self, timeout_cycles: int, during=None) -> TransferResult:
         """Set up, post every message, poll until each has its completion (``during``: a coroutine run
