@@ -23,7 +23,11 @@ count`` for reads every other cycle, about ``4 / 3 * count`` for reads every fou
 (``revisit_cycles``). ``sample_width`` is sized so that a counter growing by up to ``max_step`` a cycle
 stays below ``2^n`` over ``L + 2`` cycles (``sample_width_for``; the 2 cover a visit that reads the
 total its predecessor is still writing: see stage 2). For the Colorlight's NIC (92 counters, 2 at most a
-cycle) that is 8 bits with reads 4 apart, where every other cycle would need 9.
+cycle) that is 8 bits with reads 4 apart, where every other cycle would need 9. Most counters grow by
+at most one a cycle and need a bit fewer (``slow_width``, 7 there): the first ``fast`` counters are
+sampled with ``sample_width`` bits, the others with ``slow_width``, and a visit takes the growth modulo
+the visited counter's own width. Each bit fewer is a bit less in the samples' multiplexer and in every
+block's counter.
 
 After a reset the blocks' counters restart at 0 and so must the totals, although block RAM keeps its
 contents: the first scan after a reset writes each sample as the total. ``ready`` rises when that scan
@@ -67,11 +71,29 @@ def sample_width_for(count: int, max_step: int, read_interval: int = 2) -> int:
 
 
 class CounterBank(wiring.Component):
-    def __init__(self, *, count: int, max_step: int = 1, total_width: int = 32, read_interval: int = 2):
+    """Parameters: ``count`` counters, of which the first ``fast`` (default: all) grow by up to
+    ``max_step`` a cycle and the others by at most 1; ``total_width``; ``read_interval``. A slow
+    counter's sample is only its low ``slow_width`` bits (a bit fewer when ``max_step`` is 2 or more:
+    the bits above are not read, so synthesis drops them in the blocks too)."""
+
+    def __init__(
+        self,
+        *,
+        count: int,
+        max_step: int = 1,
+        total_width: int = 32,
+        read_interval: int = 2,
+        fast: int | None = None,
+    ):
         self.count, self.max_step, self.total_width = count, max_step, total_width
         self.read_interval = read_interval
-        valid = count >= 1 and max_step >= 1 and read_interval >= 2
+        self.fast = count if fast is None else fast
+        valid = count >= 1 and max_step >= 1 and read_interval >= 2 and 0 <= self.fast <= count
         self.sample_width = sample_width_for(count, max_step, read_interval) if valid else 0
+        self.slow_width = sample_width_for(count, 1, read_interval) if valid else 0
+        if not 0 <= self.fast <= count:
+            self._MustUse__silence = True
+            raise ValueError(f"{self.fast} fast counters of {count}")
         if not 1 <= self.sample_width <= total_width:
             self._MustUse__silence = True  # no "created but never used" warning for a rejected instance
             if read_interval < 2:
@@ -117,16 +139,20 @@ class CounterBank(wiring.Component):
                 m.d.sync += first_scan.eq(0)
 
         # Stage 1: sample the counter, read its total.
-        samples = [self.sample[i] for i in range(self.count)] + [0] * (period - self.count)
+        slow = self.slow_width
+        samples = [self.sample[i][: n if i < self.fast else slow] for i in range(self.count)]
+        samples += [0] * (period - self.count)
         sampled = Signal(n)
         visited = Signal(range(period))
         visited_fresh = Signal(init=1)
         visited_for_host = Signal()
+        visited_fast = Signal()
         m.d.sync += sampled.eq(select(samples, visit))  # a Switch here took 1.7 times the LUT4s
         m.d.sync += [
             visited.eq(visit),
             visited_fresh.eq(visit_fresh),
             visited_for_host.eq(visit_for_host),
+            visited_fast.eq(visit < self.fast),
         ]
         m.d.comb += [total_read.addr.eq(visit), total_read.en.eq(1)]
 
@@ -136,8 +162,11 @@ class CounterBank(wiring.Component):
         total = total_read.data
         grown = Signal(n)
         updated = Signal(self.total_width)
+        difference = Signal(n)
         m.d.comb += [
-            grown.eq(sampled - total[:n]),
+            difference.eq(sampled - total[:n]),
+            # a slow counter's growth is modulo 2^slow: its sample has no bits above
+            grown.eq(Mux(visited_fast, difference, difference[:slow])),
             updated.eq(Mux(visited_fresh, sampled, total + grown)),
             total_write.addr.eq(visited),
             total_write.data.eq(updated),

@@ -93,9 +93,16 @@ class RegisterFile(wiring.Component):
         self.regmap, self.addr_width = regmap, addr_width
         steps = [r.max_step for block in regmap.blocks for r in block.registers if r.max_step]
         # A counter read holds the bus until its answer is taken (request, two cycles to the bank's
-        # answer, rvalid): the bank's reads come at least four cycles apart.
-        self._bank_params = dict(count=max(1, len(steps)), max_step=max(steps, default=1), read_interval=4)
-        self.counter_sample_width = sample_width_for(**self._bank_params)  # bits the blocks' counters keep
+        # answer, rvalid): the bank's reads come at least four cycles apart. The counters that can grow
+        # by more than one a cycle come first in the bank (``fast``): the others keep a bit less.
+        self._bank_params = dict(
+            count=max(1, len(steps)),
+            max_step=max(steps, default=1),
+            read_interval=4,
+            fast=sum(step > 1 for step in steps) if steps else None,
+        )
+        # bits the fast counters keep (the others one fewer, when there are fast ones)
+        self.counter_sample_width = sample_width_for(len(steps) or 1, max(steps, default=1), 4)
         core_members = core.members
         members = {"bus": In(AxiLiteSignature(addr_width=addr_width))}
         for block in regmap.blocks:
@@ -127,6 +134,7 @@ class RegisterFile(wiring.Component):
         shadowed: dict[int, tuple[int, int]] = {}
         # Event counters (``max_step``): read from the counter bank, {word: port value}.
         banked: dict[int, Value] = {}
+        banked_step: dict[int, int] = {}  # word index -> its counter's max_step
 
         def word(address: int) -> int:
             return address >> 2
@@ -189,6 +197,7 @@ class RegisterFile(wiring.Component):
                     value = Value.cast(_select(self, r.binding))
                     if r.max_step:
                         banked[first] = value
+                        banked_step[first] = r.max_step
                         continue
                     for w in range(r.words):
                         reads[first + w] = value[32 * w : 32 * w + 32]
@@ -197,7 +206,7 @@ class RegisterFile(wiring.Component):
                     shadowed[first + w] = ((r.reset >> 32 * w) & 0xFFFF_FFFF, min(32, r.width - 32 * w))
 
         # -- counter bank: the low bits of every event counter, totals in block RAM (see counter_bank.py)
-        bank_words = sorted(banked)
+        bank_words = sorted(banked, key=lambda w: (-banked_step[w], w))  # the fast counters first
         m.submodules.counters = bank = CounterBank(**self._bank_params)
         for i, w in enumerate(bank_words):
             m.d.comb += bank.sample[i].eq(banked[w][: bank.sample_width])

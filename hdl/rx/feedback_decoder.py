@@ -19,10 +19,14 @@ peer). This block interprets it once, so the sender's tracker (issue 6) reads re
   §7.3) versus after base_rtt (the others), ``unknown_reason`` (counted, handled as NO_RESOURCE);
 * ACK: ``msn`` (16 bits), ``nak`` and ``syndrome``.
 
+The value fields of the other kinds are don't-care (they hold whatever the header's bits there say);
+the flags (``trigger_valid``, ``probe_answer``, ``has_path_event``, ``retryable``, ``retransmit_now``,
+``unknown_reason``, ``nak``) are 0 in the kinds they do not belong to.
+
 One record per packet, one cycle per packet, registered output.
 """
 
-from amaranth import Module, Signal
+from amaranth import Module, Mux, Signal
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -100,27 +104,38 @@ class FeedbackDecoder(wiring.Component):
         neth, aeth = h.ext.neth, h.ext.aeth
 
         f = Signal(feedback_packet_layout(self.qps))
-        m.d.comb += [f.qp.eq(self.i.payload.qp), f.ce.eq(h.ce)]
+        is_nack = op == Opcode.NACK
+        # The value fields carry their header's bits whatever the kind: each kind's readers (tracker,
+        # prober) read its own fields only, and zeroing the others would gate every bit. The flags are
+        # 0 for the kinds they do not belong to.
+        m.d.comb += [
+            f.qp.eq(self.i.payload.qp),
+            f.ce.eq(h.ce),
+            f.ev.eq(Mux(is_nack, neth.entropy, seth.entropy)),
+            f.probe_id.eq(seth.ack_psn_offset.as_unsigned()),
+            f.trigger_psn.eq(seth.cack_psn + seth.ack_psn_offset),
+            f.cack_psn.eq(seth.cack_psn),
+            f.sack_base.eq(seth.cack_psn + seth.sack_offset),
+            f.sack_bitmap.eq(seth.sack_bitmap),
+            f.tx_timestamp.eq(Mux(is_nack, neth.tx_timestamp, cc.tx_timestamp)),
+            f.ooo_count.eq(cc.ooo_count),
+            f.rcvd_bytes.eq(cc.rcvd_bytes),
+            f.nack_psn.eq(neth.nack_psn),
+            f.nack_reason.eq(neth.nack_reason),
+            f.msn.eq(aeth.msn[:16]),
+            f.syndrome.eq(aeth.syndrome),
+        ]
         with m.If(op == Opcode.SACK):
             m.d.comb += [
                 f.kind.eq(FeedbackKind.SACK),
-                f.ev.eq(seth.entropy),
                 f.probe_answer.eq(seth.pr),
-                f.probe_id.eq(seth.ack_psn_offset.as_unsigned()),
                 f.trigger_valid.eq(~seth.pr & (seth.ack_psn_offset != -32768)),
-                f.trigger_psn.eq(seth.cack_psn + seth.ack_psn_offset),
-                f.cack_psn.eq(seth.cack_psn),
-                f.sack_base.eq(seth.cack_psn + seth.sack_offset),
-                f.sack_bitmap.eq(seth.sack_bitmap),
-                f.tx_timestamp.eq(cc.tx_timestamp),
-                f.ooo_count.eq(cc.ooo_count),
-                f.rcvd_bytes.eq(cc.rcvd_bytes),
             ]
             with m.If(seth.m == SackVerdict.SKIP_ONCE):
                 m.d.comb += [f.has_path_event.eq(1), f.path_event.eq(FeedbackEvent.ECN)]
             with m.Elif(seth.m == SackVerdict.ALWAYS_SKIP):
                 m.d.comb += [f.has_path_event.eq(1), f.path_event.eq(FeedbackEvent.LOSS)]
-        with m.Elif(op == Opcode.NACK):
+        with m.Elif(is_nack):
             reason = neth.nack_reason
             known = Signal()
             m.d.comb += known.eq(0)
@@ -130,10 +145,6 @@ class FeedbackDecoder(wiring.Component):
             trim = (reason == NackReason.TRIMMED) | (reason == NackReason.TRIMMED_LASTHOP)
             m.d.comb += [
                 f.kind.eq(FeedbackKind.NACK),
-                f.ev.eq(neth.entropy),
-                f.nack_psn.eq(neth.nack_psn),
-                f.nack_reason.eq(reason),
-                f.tx_timestamp.eq(neth.tx_timestamp),
                 f.retryable.eq(reason != NackReason.UNEXP_EVENT),
                 f.retransmit_now.eq(trim),
                 f.unknown_reason.eq(~known),
@@ -141,13 +152,7 @@ class FeedbackDecoder(wiring.Component):
                 f.path_event.eq(FeedbackEvent.TRIM),
             ]
         with m.Else():
-            nak = aeth.syndrome != AethSyndrome.ACK
-            m.d.comb += [
-                f.kind.eq(FeedbackKind.ACK),
-                f.msn.eq(aeth.msn[:16]),
-                f.nak.eq(nak),
-                f.syndrome.eq(aeth.syndrome),
-            ]
+            m.d.comb += [f.kind.eq(FeedbackKind.ACK), f.nak.eq(aeth.syndrome != AethSyndrome.ACK)]
 
         full = Signal()
         m.d.comb += [self.o.valid.eq(full), self.i.ready.eq(~full | self.o.ready)]

@@ -287,12 +287,18 @@ class ReceiveEngine(wiring.Component):
             ]
             return r
 
-        def respond_now(record):
-            m.d.sync += [resp.eq(record), respond.eq(1)]
+        def load(target, record, opcode):
+            """``target`` takes ``record``'s opcode, EV, QP and the blocks of ``opcode`` only: the other
+            blocks are don't-care (``control_record_layout``), and clearing them would gate every bit."""
+            blocks = {Opcode.SACK: ("seth", "cc"), Opcode.NACK: ("neth",), Opcode.ACK: ("aeth",)}
+            return [target[name].eq(record[name]) for name in ("opcode", "ev", "qp", *blocks[opcode])]
+
+        def respond_now(record, opcode):
+            m.d.sync += [*load(resp, record, opcode), respond.eq(1)]
 
         def sack_now():
             """A SACK for ``t`` now; the QP's coalescing state restarts."""
-            respond_now(sack_resp)
+            respond_now(sack_resp, Opcode.SACK)
             m.d.sync += [sack_pending[qp].eq(0), unsacked[qp].eq(0)]
 
         self_release = self.release.payload
@@ -358,13 +364,13 @@ class ReceiveEngine(wiring.Component):
                         probe.seth.m.eq(Mux(h.ce | trimmed_probe, SackVerdict.SKIP_ONCE, SackVerdict.NONE)),
                         probe.cc.tx_timestamp.eq(h.ext.peth.tx_timestamp),
                     ]
-                    respond_now(probe)
+                    respond_now(probe, Opcode.SACK)
                     m.d.sync += query.eq(1)  # and the current AETH, so a lost AETH or a NAK is repeated
                 with m.Elif(t.kind == Verdict.OUT_OF_WINDOW):
                     stat("psn_out_of_window")
                     with m.If(~oor_sent[qp] | elapsed(oor_at[qp], self.base_rtt_cycles)):
                         m.d.sync += [oor_sent[qp].eq(1), oor_at[qp].eq(now)]
-                        respond_now(nack(NackReason.PSN_OOR_WINDOW))
+                        respond_now(nack(NackReason.PSN_OOR_WINDOW), Opcode.NACK)
                     with m.Else():
                         stat("oor_nack_suppressed")
                 with m.Elif(t.kind == Verdict.DUPLICATE):
@@ -374,10 +380,10 @@ class ReceiveEngine(wiring.Component):
                 with m.Elif(h.trimmed):
                     with m.If(trimmed_lasthop):
                         stat("trimmed_lasthop")
-                        respond_now(nack(NackReason.TRIMMED_LASTHOP))
+                        respond_now(nack(NackReason.TRIMMED_LASTHOP), Opcode.NACK)
                     with m.Else():
                         stat("trimmed")
-                        respond_now(nack(NackReason.TRIMMED))
+                        respond_now(nack(NackReason.TRIMMED), Opcode.NACK)
                 with m.Else():  # new and marked received
                     m.d.sync += complete.eq(1)
                     with m.If(v.error == RxError.INVALID_REQUEST):
@@ -470,7 +476,7 @@ class ReceiveEngine(wiring.Component):
                         again.aeth.syndrome.eq(r.syndrome),
                         again.aeth.msn.eq(r.msn),
                     ]
-                    m.d.sync += [resp.eq(again), respond.eq(r.valid), query.eq(0)]
+                    m.d.sync += [*load(resp, again, Opcode.ACK), respond.eq(r.valid), query.eq(0)]
                     m.next = "RESPOND"
 
         # -- pacer: fenced ACKs, ACK interval, coalesced SACK timers -------------------------------
@@ -480,8 +486,8 @@ class ReceiveEngine(wiring.Component):
         held = Signal()  # ``timer_resp`` holds a response
         held_qp = Signal(range(Q))
         held_sack = Signal()  # the QP's coalesced SACK (else an ACK or NAK)
-        held_part = Signal(sack_layout)  # EV; SETH and CC of a SACK (0 for an ACK)
-        held_aeth = Signal(self._response["aeth"].shape)  # of an ACK or NAK (0 for a SACK)
+        held_part = Signal(sack_layout)  # EV; SETH and CC of a SACK
+        held_aeth = Signal(self._response["aeth"].shape)  # of an ACK or NAK
         timer_out = timer_resp.payload
         m.d.comb += [
             timer_resp.valid.eq(held),
@@ -496,13 +502,13 @@ class ReceiveEngine(wiring.Component):
             m.d.sync += held.eq(0)
         free = ~held | timer_resp.ready
 
+        # As in ``load``: an ACK leaves the SACK blocks as they were, a SACK the AETH.
         def hold_ack(q, ev, syndrome, msn):
-            m.d.sync += [held.eq(1), held_qp.eq(q), held_sack.eq(0), held_part.eq(0), held_part.ev.eq(ev)]
-            m.d.sync += [held_aeth.eq(0), held_aeth.syndrome.eq(syndrome), held_aeth.msn.eq(msn)]
+            m.d.sync += [held.eq(1), held_qp.eq(q), held_sack.eq(0), held_part.ev.eq(ev)]
+            m.d.sync += [held_aeth.syndrome.eq(syndrome), held_aeth.msn.eq(msn)]
 
         def hold_sack(q):
             m.d.sync += [held.eq(1), held_qp.eq(q), held_sack.eq(1), held_part.eq(sack_record[q])]
-            m.d.sync += held_aeth.eq(0)
 
         ack_head = acks.payload
         aq = ack_head.qp

@@ -63,7 +63,9 @@ Members.
 * ``retransmit``: Out stream {qp, psn, avoid_slot}; the entry stays QUEUED until its ``sent`` (rtx = 1).
 * ``path_event``: Out stream :func:`~mrcnic.hdl.tx.layouts.feedback_layout` (to ``PathSelector.feedback``,
   which drops it if the slot no longer holds the ev).
-* ``cc_event``: Out stream {qp, kind (CcKind), newly_acked, rtt_valid, rtt, ecn}.
+* ``cc_event``: Out stream {qp, kind (CcKind), newly_acked, rtt_valid, rtt, ecn}; ``newly_acked`` is
+  don't-care in LOSS and TRIM events, ``rtt`` without ``rtt_valid`` (the congestion controller reads
+  neither then, and clearing them would gate every bit).
 * ``error``: Out stream {qp, psn}.
 * ``psn_limit`` (ArrayLayout(24, Q), cack_s + W), ``inflight`` (ArrayLayout(32, Q)), ``qp_error`` (Q).
 * ``idle``: Out(1), the FSM is scanning with no output pending (for tests and status); the Python
@@ -370,7 +372,7 @@ class TxTracker(wiring.Component):
                     with m.If(infl_):
                         m.d.sync += infl[sq].eq(infl[sq] - r.length)
                         o_pe.load(m, qp=sq, slot=r.slot, ev=r.ev, event=FeedbackEvent.LOSS)
-                        o_cc.load(m, qp=sq, kind=CcKind.LOSS, newly_acked=0, rtt_valid=0, rtt=0, ecn=0)
+                        o_cc.load(m, qp=sq, kind=CcKind.LOSS, rtt_valid=0, ecn=0)
                         with m.If(by_rule):
                             bump("lost_time_rule")
                         with m.Else():
@@ -434,7 +436,7 @@ class TxTracker(wiring.Component):
                         m.d.comb += [nr.req.eq(Mux(r.state == TrackState.QUEUED, r.req, 0))]
                         m.d.comb += [wr.addr.eq(waddr), wr.data.eq(nr), wr.en.eq(1)]
                         with m.If(trim):
-                            o_cc.load(m, qp=fq, kind=CcKind.TRIM, newly_acked=0, rtt_valid=0, rtt=0, ecn=0)
+                            o_cc.load(m, qp=fq, kind=CcKind.TRIM, rtt_valid=0, ecn=0)
                             with m.If(f.has_path_event & (r.ev == f.ev)):
                                 o_pe.load(m, qp=fq, slot=r.slot, ev=r.ev, event=f.path_event)
                             with m.If(~err.bit_select(fq, 1) & ~nr.req):
@@ -504,7 +506,7 @@ class TxTracker(wiring.Component):
                     kind=CcKind.SACK,
                     newly_acked=acc,
                     rtt_valid=rtt_valid,
-                    rtt=Mux(rtt_valid, self.now_ts - f.tx_timestamp, 0),
+                    rtt=self.now_ts - f.tx_timestamp,
                     ecn=ecn,
                 )
                 m.next = "IDLE"

@@ -182,8 +182,8 @@ def _counter_step(c: Capabilities, block: str, name: str) -> int:
         return 0
     if (block, name) == ("tx", "flushed_wr"):
         return 1 + c.qps  # the segmenter flushes one request and abandons one per QP in a cycle
-    if block == "host":
-        return 2  # dma_errors has two sources (WQE reads, CQE writes); the rest one each
+    if (block, name) == ("host", "dma_errors"):
+        return 2  # two sources (WQE reads, CQE writes); the queue engine's other counters one each
     if (block, name) == ("host_link", "bad_frame"):
         return 2  # the UART bridge counts a decoder's drop and a request's rejection in one cycle
     return 1

@@ -21,14 +21,22 @@ def new_seed() -> int:
 
 
 @pytest.mark.parametrize(
-    "count, max_step, read_interval", [(1, 1, 2), (5, 3, 2), (24, 2, 2), (24, 2, 4), (92, 2, 4)]
+    "count, max_step, read_interval, fast",
+    [(1, 1, 2, None), (5, 3, 2, None), (24, 2, 2, 5), (24, 2, 4, None), (92, 2, 4, 3)],
 )
-def test_totals_follow_the_counters(count, max_step, read_interval):
+def test_totals_follow_the_counters(count, max_step, read_interval, fast):
+    """``fast``: the first counters grow by up to ``max_step``, the others (sampled narrower) by 1."""
     rng = random.Random(new_seed())
     total_width = 10
-    dut = CounterBank(count=count, max_step=max_step, total_width=total_width, read_interval=read_interval)
+    dut = CounterBank(
+        count=count, max_step=max_step, total_width=total_width, read_interval=read_interval, fast=fast
+    )
     n = dut.sample_width
     assert n == sample_width_for(count, max_step, read_interval) < total_width
+    assert dut.slow_width == sample_width_for(count, 1, read_interval)
+    if fast is not None and max_step > 1:
+        assert dut.slow_width < n  # the slow counters' samples are narrower (the case under test)
+    step = [max_step if fast is None or i < fast else 1 for i in range(count)]
     truth = [0] * count  # wide values, what the totals must equal mod 2**total_width
     history: list[list[int]] = []
     state = {"run": True, "busy": 0.0}
@@ -37,7 +45,8 @@ def test_totals_follow_the_counters(count, max_step, read_interval):
         while state["run"]:
             for i in range(count):
                 # the fastest growth allowed (every other counter), so the narrow samples wrap often
-                truth[i] += max_step if i % 2 == 0 or rng.random() < 0.8 else rng.randrange(max_step)
+                truth[i] += step[i] if i % 2 == 0 or rng.random() < 0.8 else rng.randrange(step[i])
+                # all n bits, as a block's counter gives them: a slow counter's top bits must be ignored
                 ctx.set(dut.sample[i], truth[i] % (1 << n))
             history.append(list(truth))
             await ctx.tick()
@@ -90,3 +99,5 @@ def test_rejects_samples_wider_than_totals():
         CounterBank(count=100, max_step=4, total_width=8)
     with pytest.raises(ValueError, match="at least one"):
         CounterBank(count=0)
+    with pytest.raises(ValueError, match="fast counters"):
+        CounterBank(count=4, fast=5)

@@ -190,7 +190,10 @@ def _tuple(name, p):
     if name == "path_event":
         return (p.qp, p.slot, p.ev, p.event.value)
     if name == "cc_event":
-        return (p.qp, p.kind.value, p.newly_acked, p.rtt_valid, p.rtt, p.ecn)
+        # ``newly_acked`` counts in a SACK's event only and ``rtt`` with ``rtt_valid`` only (don't-care
+        # otherwise: the congestion controller reads neither then); the reference has 0 there.
+        acked = p.newly_acked if p.kind == CcKind.SACK else 0
+        return (p.qp, p.kind.value, acked, p.rtt_valid, p.rtt if p.rtt_valid else 0, p.ecn)
     if name == "error":
         return (p.qp, p.psn)
     return (p.qp, p.msn, p.nak, p.syndrome)
