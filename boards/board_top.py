@@ -101,7 +101,10 @@ BOARDS = {
         max_frame=1170,
         leds=None,
         program="openFPGALoader -c <your JTAG cable, e.g. ft232RL or dirtyJtag>",
-        nic={"destinations": 0, "max_pmtu": 1024},  # without SRv6, as the Versa
+        # Without SRv6, as the Versa. One payload read ahead: the on-chip memory answers within a
+        # header's time, so the TX line rate is the same as with two (docs/benchmarks.md, "Payload reads
+        # ahead") and the parked job needs no second register and multiplexer (about 300 cells).
+        nic={"destinations": 0, "max_pmtu": 1024, "lookahead": 1},
         # The block RAM PMTU 1024 leaves (20 of the 56) holds these queues and tables instead of LUT RAM:
         # six logic cells per 16 words of 4 bits there, none here.
         block_ram=COLORLIGHT_BLOCK_RAM,

@@ -199,6 +199,9 @@ def test_nic_overrides_reach_the_board_top():
     assert caps.destinations == 0 and not caps.srv6
     versa = BoardTop("versa_ecp5").elaborate(spec.platform()).submodules.board.caps
     assert (versa.qps, versa.ev_slots, versa.data_width, versa.destinations) == (2, 8, 8, 0)
+    # the Colorlight's own settings (BoardSpec.nic) reach its NIC the same way: one payload read ahead
+    colorlight = BoardTop("colorlight_5a75b")
+    assert colorlight.nic_params["lookahead"] == 1 and colorlight.nic_params["max_pmtu"] == 1024
     # So does a core clock override (the NIC's timers are in its cycles; NIC_ID publishes the clock).
     assert BoardTop("versa_ecp5").core_hz == 31.25e6
     module = BoardTop("versa_ecp5", core_hz=62.5e6).elaborate(spec.platform())

@@ -699,7 +699,8 @@ _ = descriptor_layout
 CONFIGS = [
     pytest.param({"data_width": 8, "planes": 4}, id="dw8-p4"),
     pytest.param({"data_width": 32, "planes": 1}, id="dw32-p1"),
-    pytest.param({"data_width": 4, "planes": 2}, id="dw4-p2"),
+    # the Colorlight's shape, with its one payload read ahead (BoardSpec.nic)
+    pytest.param({"data_width": 4, "planes": 2, "lookahead": 1}, id="dw4-p2"),
 ]
 BENCH_CONFIGS = [
     pytest.param({"data_width": 8, "planes": 4}, id="dw8-p4"),
