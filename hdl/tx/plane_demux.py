@@ -22,6 +22,7 @@ from amaranth import Array, Cat, Const, Module, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..compare import at_most
 from ..stream import PacketStream, kept_bytes, low_lanes
 from .header_builder import PLANE_BEATS_BITS
 from .layouts import bits_for
@@ -109,18 +110,19 @@ class PlaneDemux(wiring.Component):
                 with m.If(self.control_reserve.valid & (self.control_reserve.payload.plane == p)):
                     m.d.comb += control_up.eq(self.control_reserve.payload.beats)
             m.d.sync += claimed[p].eq(claimed[p] + up + control_up - down)
-            free = Signal(range(self.fifo_depth + 1), name=f"free_{p}")
+            # The beats the plane's FIFO holds or has promised: one sum, compared with the queue limit
+            # and with two constants (in LUTs, ``mrcnic.hdl.compare``) rather than three sums and three
+            # carry chains against the FIFO's free room.
+            used = Signal(range(9 * self.fifo_depth + 1), name=f"used_{p}")
             m.d.comb += [
-                free.eq(self.fifo_depth - queues[p].level),
+                used.eq(queues[p].level + claimed[p]),
                 self.plane_ready[p].eq(
-                    (free >= claimed[p] + self.max_packet_beats)
-                    & (queues[p].level + claimed[p] < self.queue_limit)
+                    at_most(used, self.fifo_depth - self.max_packet_beats) & (used < self.queue_limit)
                 ),
             ]
             if self.control_beats:
-                m.d.comb += self.control_room[p].eq(
-                    free >= claimed[p] + self.max_packet_beats + self.control_beats
-                )
+                room = self.fifo_depth - self.max_packet_beats - self.control_beats
+                m.d.comb += self.control_room[p].eq(at_most(used, room))
 
         # Route the current packet (its plane is at the head of ``plane``) into that plane's FIFO.
         w_rdy = Array(q.w_rdy for q in queues)
