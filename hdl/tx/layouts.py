@@ -37,7 +37,9 @@ def control_record_layout(qps: int) -> data.StructLayout:
     """One SACK, NACK or ACK to send, as the receive engine decides it (docs/protocol.md §7.2-§7.4):
     ``opcode`` (``Opcode.SACK`` / ``NACK`` / ``ACK``) says which of the blocks the frame carries (SACK:
     ``seth`` + ``cc``; NACK: ``neth``; ACK: ``aeth``); ``ev`` is the EV answered, echoed in the
-    SETH / NETH ``entropy`` field; ``qp`` names the QP whose peer is answered."""
+    SETH / NETH ``entropy`` field; ``qp`` names the QP whose peer is answered. The blocks of the other
+    opcodes are don't-care: the builder does not read them, and the receive engine leaves them as they
+    were (clearing them would put a gate on each of their bits)."""
     return data.StructLayout(
         {
             "opcode": 8,
