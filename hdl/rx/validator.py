@@ -253,13 +253,16 @@ class Validator(wiring.Component):
         first_or_middle = (op == Opcode.WRITE_FIRST) | (op == Opcode.WRITE_MIDDLE)
         last = (op == Opcode.WRITE_LAST) | (op == Opcode.WRITE_LAST_IMM)
         only = (op == Opcode.WRITE_ONLY) | (op == Opcode.WRITE_ONLY_IMM)
-        last_length = ((dma - 1) & (pmtu - 1)) + 1
+        # The PMTU is below 2^13 and the length below 2^16: the order comparisons with the 32-bit DMA
+        # length take its low bits in a carry chain and its high bits as "any set" (half the carry cells).
+        low = len(pmtu)
+        last_length = (((dma[:low] - 1) & (pmtu - 1)) + 1)[:low]
         bad_length = (
             (dma == 0)
             | above(dma, MAX_DMA_LENGTH)
-            | (length > dma)
+            | (~dma[len(length) :].any() & (length > dma[: len(length)]))
             | (first_or_middle & (length != pmtu))
-            | ((first_or_middle | last) & (dma <= pmtu))
+            | ((first_or_middle | last) & ~dma[low:].any() & (dma[:low] <= pmtu))
             | (last & (length != last_length))
             | (only & (length != dma))
         )

@@ -139,6 +139,11 @@ def cases(addr_width=64):
     yield "good first", write(op=OP.WRITE_FIRST, length=PMTU, dma=3 * PMTU), 1, 0, ok
     yield "good middle", write(op=OP.WRITE_MIDDLE, length=PMTU, dma=2 * PMTU + 1), 1, 0, ok
     yield "good last", write(op=OP.WRITE_LAST_IMM, length=1, dma=2 * PMTU + 1), 1, 0, ok
+    # DMA lengths whose low bits alone would look short: the high bits take part in every length rule
+    yield "good first, dma 2^13 + 100", write(op=OP.WRITE_FIRST, length=PMTU, dma=(1 << 13) + 100), 1, 0, ok
+    yield "good middle, dma 2^16 + 100", write(op=OP.WRITE_MIDDLE, length=PMTU, dma=(1 << 16) + 100), 1, 0, ok
+    yield "good last, dma 2^16 + 5", write(op=OP.WRITE_LAST, length=5, dma=(1 << 16) + 5), 1, 0, ok
+    yield "Last wrong, dma 2^16 + 5", write(op=OP.WRITE_LAST, length=6, dma=(1 << 16) + 5), 1, 0, inval
     yield "good single IPv6", write(addressing=forward(1, srv6=False)), 1, 0, ok
     yield "region end exactly", write(va=0x10000 + 0x8000 - 100), 1, 0, ok
     yield "top of memory", write(rkey=0x2001, va=(1 << 64) - 100), 1, 0, ok_if_below_reach(1)
