@@ -246,7 +246,10 @@ class TxTracker(wiring.Component):
         # per-QP registers
         cack = Signal(data.ArrayLayout(PSN_BITS, Q))
         nxt = Signal(data.ArrayLayout(PSN_BITS, Q), init=[1] * Q)  # as if configured with PSN 1
-        infl = Signal(data.ArrayLayout(32, Q))
+        # Inflight bytes, and the bytes one SACK acknowledges, are at most W packets of the largest
+        # length: that many bits (19 at W = 64), not 32, for their adders (``inflight`` is 32 bits).
+        count_bits = (W * MAX_PMTU).bit_length()
+        infl = Signal(data.ArrayLayout(count_bits, Q))
         rack = Signal(data.ArrayLayout(32, Q))
         rack_ok = Signal(Q)
         err = Signal(Q)
@@ -303,7 +306,7 @@ class TxTracker(wiring.Component):
         wv = Signal()  # rd.data holds record of wq
         wq = Signal(PSN_BITS)
         mask = Signal(64)
-        acc = Signal(32)
+        acc = Signal(count_bits)
         rk = Signal(32)
         rk_ok = Signal()
         new_cack = Signal(PSN_BITS)
