@@ -95,14 +95,12 @@ class RegisterFile(wiring.Component):
         # A counter read holds the bus until its answer is taken (request, two cycles to the bank's
         # answer, rvalid): the bank's reads come at least four cycles apart. The counters that can grow
         # by more than one a cycle come first in the bank (``fast``): the others keep a bit less.
+        count, max_step, read_interval = max(1, len(steps)), max(steps, default=1), 4
         self._bank_params = dict(
-            count=max(1, len(steps)),
-            max_step=max(steps, default=1),
-            read_interval=4,
-            fast=sum(step > 1 for step in steps) if steps else None,
+            count=count, max_step=max_step, read_interval=read_interval, fast=sum(s > 1 for s in steps)
         )
         # bits the fast counters keep (the others one fewer, when there are fast ones)
-        self.counter_sample_width = sample_width_for(len(steps) or 1, max(steps, default=1), 4)
+        self.counter_sample_width = sample_width_for(count, max_step, read_interval)
         core_members = core.members
         members = {"bus": In(AxiLiteSignature(addr_width=addr_width))}
         for block in regmap.blocks:

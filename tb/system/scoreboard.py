@@ -34,7 +34,7 @@ from mrcnic.model.memory import MemoryRegion
 from mrcnic.model.params import Params
 from mrcnic.model.receiver import Receiver, sack_base
 
-__all__ = ["PathScoreboard", "ReceiveModel", "SackScoreboard"]
+__all__ = ["PSN_MOD", "PathScoreboard", "ReceiveModel", "SackScoreboard", "psn_at_or_below"]
 
 PSN_MOD = 1 << 24
 PSN_HALF = 1 << 23
@@ -42,7 +42,7 @@ PROBE_OKS = (FeedbackEvent.PROBE_OK, FeedbackEvent.PROBE_OK_SKIP)
 LOOKBACK = 512  # arrivals per plane checked before a trigger (the window is 256 PSNs)
 
 
-def _behind(a: int, b: int) -> bool:
+def psn_at_or_below(a: int, b: int) -> bool:
     """PSN ``a`` is at or below ``b`` (24-bit serial arithmetic)."""
     return (b - a) % PSN_MOD < PSN_HALF
 
@@ -210,7 +210,7 @@ class SackScoreboard:
         received, cack = self.received[qp], seth.cack_psn
         prev = self.cack[qp].get(plane, (self.initial[qp] - 1) % PSN_MOD)
         where = f"{self.name} {now} ps: QP {qp} SACK cack {cack} (plane {plane})"
-        if not _behind(prev, cack):
+        if not psn_at_or_below(prev, cack):
             self.mismatches.append(f"{where}: cack went back from {prev} on the same port")
             return
         # Sound: every PSN it acknowledges arrived.
@@ -220,7 +220,7 @@ class SackScoreboard:
         bits = seth.sack_bitmap
         for i in range(64):
             p = (base + i) % PSN_MOD
-            if (bits >> i) & 1 and not _behind(p, cack) and p not in received:
+            if (bits >> i) & 1 and not psn_at_or_below(p, cack) and p not in received:
                 missing.append(p)
         if missing:
             self.mismatches.append(f"{where}: acknowledges PSNs never received {missing[:8]}")
@@ -240,7 +240,7 @@ class SackScoreboard:
         plane, index = found
         order = self.order[(qp, plane)]
         for p in order[max(0, index - LOOKBACK) : index]:
-            if _behind(p, cack):
+            if psn_at_or_below(p, cack):
                 continue
             d = (p - base) % PSN_MOD
             if d < 64 and not (bits >> d) & 1:

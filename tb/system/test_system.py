@@ -24,6 +24,7 @@ from mrcnic.model.endpoint import gid, host_mac
 from support.cocotb_runner import dut_params, run_cocotb
 from system.bench import CLOCK_PS, NicBench, SystemConfig, now_ps
 from system.cluster import BUILD_NAME, design
+from system.scoreboard import PSN_MOD, psn_at_or_below
 from system.transfer import Transfer, describe, theoretical_goodput_bps
 
 SIZE = 256 * 1024
@@ -60,9 +61,10 @@ class Injector:
         self.corruptible += corruptible
         sure = corruptible and self.corruptible == self.sure_corrupt
         corrupt = sure or (self.drop <= r < self.drop + self.corrupt and corruptible)
+        dropped = r < self.drop and not sure
         if seth is not None:
-            self.sacks.append((now_ps(), seth, corrupt or (r < self.drop and not sure)))
-        if r < self.drop and not sure:
+            self.sacks.append((now_ps(), seth, corrupt or dropped))
+        if dropped:
             self.dropped += 1
             return []
         if corrupt:
@@ -127,7 +129,6 @@ def _selective(result, name, *, news_lost=0):
     )
 
 
-PSN_MASK = (1 << 24) - 1
 # From a SACK reaching the sender's port to the tracker having released or SACKed its PSNs: the receive
 # path, the feedback queue and the tracker's SACK walk take well under this.
 SACK_LATENCY_PS = 2_000_000
@@ -135,9 +136,9 @@ SACK_LATENCY_PS = 2_000_000
 
 def _sack_covers(seth, psn: int) -> bool:
     """The SACK reports ``psn`` received: at or below its cack (serial arithmetic), or its bitmap bit."""
-    if (seth.cack_psn - psn) & PSN_MASK < 1 << 23:
+    if psn_at_or_below(psn, seth.cack_psn):
         return True
-    bit = (psn - (seth.cack_psn + seth.sack_offset)) & PSN_MASK
+    bit = (psn - (seth.cack_psn + seth.sack_offset)) % PSN_MOD
     return bit < 64 and bool(seth.sack_bitmap >> bit & 1)
 
 
