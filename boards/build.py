@@ -47,15 +47,30 @@ ROUTE_PATIENCE = 25
 SYNTH_OPTS = "-run :map_ram"
 
 
-def _after_synth(name: str, block_ram: tuple[str, ...] = ()) -> str:
+# Amaranth's FIFOs (``lib.fifo``, their memory is named ``storage``) never read the entry being written:
+# an entry is read once the level counts it, and nothing is written while the FIFO is full. So their
+# read-during-write is left undefined too (``mrcnic.hdl.tables.UNDEFINED_COLLISIONS``): kept, it costs a
+# flip-flop and a LUT4 per bit of every FIFO in block RAM. Only the FIFOs of one clock domain (the NIC's
+# in a board top: the ports' clock-domain crossings are FIFOs too) and only those whose read port is
+# synchronous by then (RD_CLK_ENABLE 1'1): the setparam after it stops on an assertion for either.
+BOARD_FIFOS = "board.nic.*.storage"
+
+
+def _fifo_undefined_collisions(fifos: str) -> str:
+    return f"setattr -set no_rw_check 1 t:$mem_v2 */{fifos} %i r:RD_CLK_ENABLE=1'1 %i"
+
+
+def _after_synth(name: str, block_ram: tuple[str, ...] = (), fifos: str = BOARD_FIFOS) -> str:
     """The second half; ``block_ram``: memory name patterns marked ``ram_style = "block"`` first (each
-    must name a memory: a renamed block fails the build instead of quietly landing in LUT RAM again)."""
+    must name a memory: a renamed block fails the build instead of quietly landing in LUT RAM again);
+    ``fifos``: the name pattern of the single-clock FIFOs' memories."""
     steer = "".join(
         f"select -assert-min 1 t:$mem_v2 */{pattern} %i; "
         f'setattr -set ram_style "block" t:$mem_v2 */{pattern} %i; '
         for pattern in block_ram
     )
-    return f"{YOSYS_UNDEFINED_COLLISIONS}; {steer}synth_ecp5 -top {name} -run map_ram:"
+    undefined = f"{_fifo_undefined_collisions(fifos)}; {YOSYS_UNDEFINED_COLLISIONS}"
+    return f"{undefined}; {steer}synth_ecp5 -top {name} -run map_ram:"
 
 
 UTILISATION = {

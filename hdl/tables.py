@@ -10,7 +10,7 @@ word's write enable, so writing takes no LUT) and a 2:1 multiplexer per bit to r
 flip-flops (docs/boards.md, "LUT-RAM costs three times what it seems").
 """
 
-__all__ = ["REGISTER_TABLE_MAX_DEPTH", "small_table_attrs"]
+__all__ = ["REGISTER_TABLE_MAX_DEPTH", "UNDEFINED_COLLISIONS", "small_table_attrs"]
 
 # Deepest table kept in flip-flops: at three words and more the read multiplexer costs more than the
 # LUT RAM saves.
@@ -21,3 +21,12 @@ def small_table_attrs(depth: int) -> dict[str, str]:
     """``Memory(attrs=...)`` for a table of ``depth`` words: flip-flops (Yosys ``ram_style = "logic"``)
     up to :data:`REGISTER_TABLE_MAX_DEPTH` words, the synthesiser's choice above."""
     return {"ram_style": "logic"} if depth <= REGISTER_TABLE_MAX_DEPTH else {}
+
+
+# ``Memory(attrs=...)`` of a table whose read port never reads, in a cycle that matters, the word its
+# write port is writing in that cycle (the block's own sequencing rules it out). Yosys may then leave
+# read-during-write undefined (``no_rw_check``; boards/build.py applies it) and map the table to block RAM
+# as it is. Without it Yosys keeps Amaranth's semantics (old data), which the ECP5's pseudo dual-port
+# block RAM does not have, by a copy of the written word and a multiplexer after the RAM: one flip-flop
+# and one LUT4 per bit (the retransmitter's 250-bit descriptors: 261 cells).
+UNDEFINED_COLLISIONS = {"no_rw_check": 1}

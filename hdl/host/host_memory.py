@@ -103,9 +103,16 @@ from .axil import AxiLiteSignature
 
 __all__ = ["HostMemory", "YOSYS_UNDEFINED_COLLISIONS"]
 
-# Yosys script step: the memories marked ``no_rw_check`` (this one, 2 read x 2 write ports) have undefined
-# read-during-write between their ports, which lets ``memory_libmap`` use DP16KD true dual-port blocks.
-YOSYS_UNDEFINED_COLLISIONS = "setparam -set RD_COLLISION_X_MASK 4'b1111 t:$mem_v2 a:no_rw_check %i"
+# Yosys script step: the memories marked ``no_rw_check`` (this one, 2 read x 2 write ports; the NIC's
+# tables of ``mrcnic.hdl.tables.UNDEFINED_COLLISIONS``, 1 x 1) have undefined read-during-write between
+# their ports, which lets ``memory_libmap`` use the block RAM as it is (here DP16KD true dual-port
+# blocks). The mask has a bit per (read port, write port) pair, so one step per shape.
+YOSYS_UNDEFINED_COLLISIONS = "; ".join(
+    f"setparam -set RD_COLLISION_X_MASK {r * w}'b{'1' * (r * w)} "
+    f"t:$mem_v2 a:no_rw_check %i r:RD_PORTS={r} %i r:WR_PORTS={w} %i"
+    for r in (1, 2)
+    for w in (1, 2)
+)
 
 
 class _BurstEngine:

@@ -74,7 +74,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..tables import small_table_attrs
+from ..tables import UNDEFINED_COLLISIONS, small_table_attrs
 from ..tx.layouts import bits_for
 
 __all__ = [
@@ -222,7 +222,10 @@ class CompletionTracker(wiring.Component):
         st_layout = qp_state_layout(self.post_bits)
         post_max = (1 << self.post_bits) - 1
 
-        m.submodules.records = records = Memory(shape=record_layout, depth=self.qps * W, init=[])
+        # written only in IDLE, read only in WALK: no read-during-write to keep
+        m.submodules.records = records = Memory(
+            shape=record_layout, depth=self.qps * W, init=[], attrs=UNDEFINED_COLLISIONS
+        )
         rec_wr = records.write_port()
         rec_rd = records.read_port()
         m.submodules.states = states = Memory(

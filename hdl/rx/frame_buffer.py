@@ -100,6 +100,7 @@ from ..icrc import (
 )
 from ..stream import PacketLayout, PacketStream
 from ..stream_packer import StreamPacker
+from ..tables import UNDEFINED_COLLISIONS
 
 __all__ = ["FrameBuffer", "FrameRecordLayout", "ReleaseLayout", "skip_for"]
 
@@ -178,7 +179,10 @@ class FrameBuffer(wiring.Component):
         )
         record_layout = data.StructLayout({"end": pointer, "stored": 16})
 
-        m.submodules.memory = memory = Memory(shape=8 * width, depth=self.depth_beats, init=[])
+        # Beats are read only once stored (a frame's, behind the write pointer): never the one being written.
+        m.submodules.memory = memory = Memory(
+            shape=8 * width, depth=self.depth_beats, init=[], attrs=UNDEFINED_COLLISIONS
+        )
         write = memory.write_port()
         read = memory.read_port(domain="sync")
         m.submodules.meta = meta = fifo.SyncFIFOBuffered(width=meta_layout.size, depth=self.record_depth)

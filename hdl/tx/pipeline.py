@@ -2,8 +2,12 @@
 
 Ref: docs/protocol.md §2-§9; DESIGN.md "Gateware architecture".
 
-    work_request ► Segmenter ◄─► QpScheduler ◄── Retransmitter ◄── retransmit {qp, psn}
-                        │ descriptor     (new ones are stored in the Retransmitter)
+    work_request ► Segmenter ◄── QpScheduler
+                        │ descriptor
+                        ▼
+                  Retransmitter ◄── retransmit {qp, psn}
+     (every descriptor is written to its table and read back from it, retransmissions first)
+                        │ descriptor
                         ▼
     PathSelector (EV slot, plane) ► QP context (destination) ► SourceRouter (outer DA)
       (probes skip it: their EV is given) │ job                 ► sent (to the tracker)
@@ -201,7 +205,7 @@ class TxPipeline(wiring.Component):
         srv6 = self.config.srv6 if self.srv6 else Const(0, 1)
         aw = self.addr_width
         m.submodules.segmenter = seg = Segmenter(qps=qps, ev_slots=self.ev_slots, addr_width=aw)
-        m.submodules.scheduler = sch = QpScheduler(qps=qps, ev_slots=self.ev_slots, addr_width=aw)
+        m.submodules.scheduler = sch = QpScheduler(qps=qps)
         m.submodules.paths = paths = self._paths
         m.submodules.retransmitter = rtx = Retransmitter(
             qps=qps, window=self.window, ev_slots=self.ev_slots, addr_width=aw
@@ -232,7 +236,6 @@ class TxPipeline(wiring.Component):
         wiring.connect(m, wiring.flipped(self.work_request), seg.work_request)
         wiring.connect(m, wiring.flipped(self.sequence_configure), seg.configure)
         wiring.connect(m, wiring.flipped(self.retransmit), rtx.request)
-        wiring.connect(m, rtx.descriptor, sch.retransmit)
         wiring.connect(m, wiring.flipped(self.reserve_configure), paths.reserve_configure)
         wiring.connect(m, wiring.flipped(self.watch), paths.watch)
         m.d.comb += [self.path_trace.eq(paths.decision), self.path_trace_valid.eq(paths.decision_valid)]
@@ -264,10 +267,11 @@ class TxPipeline(wiring.Component):
             *(getattr(self, f"stat_path_{name}").eq(getattr(paths, f"stat_{name}")) for name in PATH_STATS),
         ]
         wiring.connect(m, sch.next_packet, seg.next_packet)
-        wiring.connect(m, seg.descriptor, sch.new_packet)
-        m.d.comb += [  # every new packet's descriptor is kept for its retransmissions
-            rtx.store.payload.eq(seg.descriptor.payload),
-            rtx.store.valid.eq(seg.descriptor.valid & sch.new_packet.ready),
+        wiring.connect(m, seg.descriptor, rtx.store)
+        out = rtx.descriptor
+        m.d.comb += [
+            sch.retransmit_waiting.eq(rtx.request.valid),
+            sch.new_packet_taken.eq(out.valid & out.ready & ~out.payload.rtx),
         ]
 
         # Two tables from one configure record: the destination, read (synchronously) in the path stage
@@ -307,7 +311,7 @@ class TxPipeline(wiring.Component):
         # it must go out on the EV it probes.
         job = Signal(job_layout(qps, self.ev_slots, planes, aw))
         retry = Signal(range(self.retry_cycles + 1))
-        desc = sch.descriptor.payload
+        desc = rtx.descriptor.payload
         probe = self.probe.payload
         is_probe = job.descriptor.opcode == Opcode.PROBE
         ends_message = job.descriptor.opcode.matches(
@@ -325,19 +329,25 @@ class TxPipeline(wiring.Component):
             with m.State("DESCRIPTOR"):
                 with m.If(self.probe.valid):
                     m.d.comb += [self.probe.ready.eq(1), ctx_read.addr.eq(probe.qp)]
+                    # Only the fields a probe's header and its plane reservation read; the message
+                    # fields (addresses, MSNs, rkey, immediate) are don't-care for a probe and keep the last
+                    # packet's: cleared, each of their ~200 bits would take a LUT in front of the register.
                     m.d.sync += [
-                        job.descriptor.eq(0),
                         job.descriptor.qp.eq(probe.qp),
                         job.descriptor.opcode.eq(Opcode.PROBE),
+                        job.descriptor.psn.eq(0),
+                        job.descriptor.length.eq(0),
+                        job.descriptor.rtx.eq(0),
+                        job.descriptor.ack_req.eq(0),
                         job.descriptor.probe_id.eq(probe.probe_id),
                         job.ev.eq(probe.ev),
                         job.slot.eq(0),
                         job.plane.eq(probe.ev[29:32] if planes > 1 else 0),
                     ]
                     m.next = "CONTEXT"
-                with m.Elif(sch.descriptor.valid):
+                with m.Elif(rtx.descriptor.valid):
                     m.d.sync += job.descriptor.eq(desc)
-                    m.d.comb += sch.descriptor.ready.eq(1)
+                    m.d.comb += rtx.descriptor.ready.eq(1)
                     m.next = "REQUEST"
             with m.State("REQUEST"):
                 m.d.comb += [

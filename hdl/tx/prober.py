@@ -13,7 +13,7 @@ entry (plane p, index b) is target N + p * B + b, so the pipeline passes T = N +
 (:func:`entry_layout`), and a 16-bit probe id counter per QP (+1 per probe, modulo 2^16) in registers.
 The ``active`` bits are a Q * T-bit register vector; the rest of an entry is a row of an
 ``amaranth.lib.memory.Memory`` (:func:`word_layout`, depth Q * T, row qp * T + target; one synchronous
-read port, transparent for the one write port). The row of an inactive entry is don't-care (a watch
+read port, not transparent: see "Scan" below). The row of an inactive entry is don't-care (a watch
 writes the whole row), so reset leaves every entry inactive with no clear pass.
 
 Members.
@@ -75,9 +75,11 @@ holds answers and the scan one more cycle with the consumer ready.
   stream rule) and nothing else is taken or scanned. (A linear walk, not an ``outstanding`` bit vector:
   one answer per probe, and only one register bit per entry.)
 * Scan: one entry per cycle; row k + 1 is read while row k is decided and written. In every cycle that
-  does not walk, the read port reads the row the next scan step decides, transparently for that cycle's
-  write (a watch, an answer's decision, or the step itself when Q * T = 1), so the row it decides from is
-  never stale. The scan goes on in the cycle after a walk; after reset the first step is in the second
+  does not walk, the read port reads the row the next scan step decides. The read port is not
+  transparent: when that cycle writes the same row (a watch, an answer's decision, or the step itself
+  when Q * T = 1), the scan waits a cycle and reads it again, so the row it decides from is never stale
+  (and the block RAM needs no read-during-write logic). The scan goes on in the cycle after a walk; after
+  reset the first step is in the second
   cycle (its row is read in the first).
 
 Worst-case delay from "due" (or timed out) to the decision: one scan pass, Q * T cycles, plus one cycle
@@ -92,6 +94,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..rx.feedback_decoder import FeedbackKind, feedback_packet_layout
+from ..tables import UNDEFINED_COLLISIONS
 from .layouts import FeedbackEvent, bits_for, feedback_layout
 
 __all__ = ["STATS", "Prober", "entry_layout", "probe_layout", "unwatch_layout", "watch_layout", "word_layout"]
@@ -166,9 +169,11 @@ class Prober(wiring.Component):
         # entry state: `active` bits in registers, the rest in memory (don't-care while inactive)
         active = Signal(D)
         ctr = Signal(data.ArrayLayout(16, Q))
-        m.submodules.mem = mem = Memory(shape=word_layout(), depth=D, init=[])
+        # Not transparent: a row written in the cycle it is read is read again (``sv`` below), so no
+        # read-during-write is kept (a copy of the written row and a multiplexer after the block RAM).
+        m.submodules.mem = mem = Memory(shape=word_layout(), depth=D, init=[], attrs=UNDEFINED_COLLISIONS)
         wp = mem.write_port()
-        rp = mem.read_port(transparent_for=(wp,))  # a row written in the cycle it is read reads new
+        rp = mem.read_port()
         e = rp.data  # the row addressed in the previous cycle
         m.d.comb += wp.data.eq(e)  # read-modify-write: the fields set below change
 
@@ -215,7 +220,7 @@ class Prober(wiring.Component):
         sa = self.scan_ptr
         sa_next = Signal.like(sa)
         m.d.comb += sa_next.eq(Mux(sa == D - 1, 0, sa + 1))
-        sv = Signal()  # rp.data holds row sa, read in the previous cycle (with that cycle's write)
+        sv = Signal()  # rp.data holds row sa, read in the previous cycle (a cycle that did not write it)
         # by default the read port reads the scan row, so the data stays fresh across any write
         m.d.comb += rp.addr.eq(sa)
         m.d.sync += sv.eq(1)
@@ -325,4 +330,8 @@ class Prober(wiring.Component):
                 m.d.sync += [ss.eq(0), sq.eq(Mux(sq == Q - 1, 0, sq + 1))]
             with m.Else():
                 m.d.sync += ss.eq(ss + 1)
+        # The row read in a cycle that writes it is stale: the scan reads it again before using it (the
+        # walk reads only in cycles without a write). Rare: a write is a watch, a probe or an answer.
+        with m.If(wp.en & (wp.addr == rp.addr)):
+            m.d.sync += sv.eq(0)
         return m

@@ -1,4 +1,4 @@
-"""QP scheduler: which packet goes next. Retransmissions first, then round robin over QPs with data.
+"""QP scheduler: which QP's new packet goes next. Round robin over QPs with data, after retransmissions.
 
 Ref: docs/protocol.md §7.7 (retransmissions before new data; never send PSN > cack + window; inflight +
 packet <= cwnd).
@@ -9,11 +9,11 @@ PSN limit (``psn_limit``, driven by the TX tracker: cack + window) and its conge
 served, so every eligible QP gets a turn before any QP gets a second one.
 """
 
-from amaranth import Module, Mux, Signal
+from amaranth import Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .layouts import bits_for, descriptor_layout
+from .layouts import bits_for
 
 __all__ = ["QpScheduler", "psn_within"]
 
@@ -26,27 +26,28 @@ def psn_within(psn, limit):
 class QpScheduler(wiring.Component):
     """Members:
 
-    * ``retransmit``: In, descriptors of packets to send again (served before any new packet).
+    * ``retransmit_waiting``: In(1), a retransmission is asked for (the retransmitter's ``request.valid``):
+      no new packet is started meanwhile.
     * ``has_data``, ``next_psn``: In, from the segmenter.
     * ``psn_limit``: In, per QP: the highest PSN that may be sent now.
     * ``cwnd_open``: In(qps), bit q: the congestion window of QP q has room for one more packet.
-    * ``next_packet``: Out, ``{qp}`` to the segmenter; ``new_packet``: In, its descriptors.
-    * ``descriptor``: Out, the packets in the order they are to be sent.
+    * ``next_packet``: Out, ``{qp}`` to the segmenter, whose descriptor goes to the retransmitter's table
+      and from there to the path stage.
+    * ``new_packet_taken``: In(1), that descriptor (``rtx`` = 0) left the retransmitter: the next QP is
+      picked only then, so the next choice sees the windows with the previous packet counted.
     """
 
-    def __init__(self, *, qps: int, ev_slots: int = 16, addr_width: int = 64):
+    def __init__(self, *, qps: int):
         self.qps = qps
-        layout = descriptor_layout(qps, ev_slots, addr_width)
         super().__init__(
             {
-                "retransmit": In(stream.Signature(layout)),
+                "retransmit_waiting": In(1),
                 "has_data": In(qps),
                 "next_psn": In(data.ArrayLayout(24, qps)),
                 "psn_limit": In(data.ArrayLayout(24, qps)),
                 "cwnd_open": In(qps),
                 "next_packet": Out(stream.Signature(data.StructLayout({"qp": bits_for(qps)}))),
-                "new_packet": In(stream.Signature(layout)),
-                "descriptor": Out(stream.Signature(layout)),
+                "new_packet_taken": In(1),
             }
         )
 
@@ -70,33 +71,14 @@ class QpScheduler(wiring.Component):
             with m.If(eligible.bit_select(q, 1)):
                 m.d.comb += chosen.eq(q)
 
-        # The descriptor's payload follows the source being served in every state, not just while it is
-        # valid: assigned inside the states, it would be forced to 0 in the others, a gate on each of its
-        # ~300 bits in front of the path stage's job register.
-        with m.FSM() as fsm:
-            m.d.comb += self.descriptor.payload.eq(
-                Mux(fsm.ongoing("RETRANSMIT"), self.retransmit.payload, self.new_packet.payload)
-            )
+        with m.FSM():
             with m.State("PICK"):
-                with m.If(self.retransmit.valid):
-                    m.next = "RETRANSMIT"
-                with m.Elif(any_eligible):
+                with m.If(any_eligible & ~self.retransmit_waiting):
                     m.d.comb += [self.next_packet.valid.eq(1), self.next_packet.payload.qp.eq(chosen)]
                     with m.If(self.next_packet.ready):
                         m.d.sync += last_served.eq(chosen)
                         m.next = "NEW"
-            with m.State("RETRANSMIT"):
-                m.d.comb += [
-                    self.descriptor.valid.eq(self.retransmit.valid),
-                    self.retransmit.ready.eq(self.descriptor.ready),
-                ]
-                with m.If(self.descriptor.valid & self.descriptor.ready):
-                    m.next = "PICK"
             with m.State("NEW"):
-                m.d.comb += [
-                    self.descriptor.valid.eq(self.new_packet.valid),
-                    self.new_packet.ready.eq(self.descriptor.ready),
-                ]
-                with m.If(self.descriptor.valid & self.descriptor.ready):
+                with m.If(self.new_packet_taken):
                     m.next = "PICK"
         return m

@@ -95,6 +95,7 @@ from amaranth.lib.wiring import In, Out
 from mrcnic.wire.constants import NackReason
 
 from ..rx.feedback_decoder import FeedbackKind, feedback_packet_layout
+from ..tables import UNDEFINED_COLLISIONS
 from .layouts import MAX_PMTU, FeedbackEvent, bits_for, feedback_layout
 
 __all__ = [
@@ -238,9 +239,13 @@ class TxTracker(wiring.Component):
         wb = (W - 1).bit_length()
         rec_l = record_layout(self.ev_slots)
 
-        m.submodules.records = mem = Memory(shape=rec_l, depth=Q * W, init=[])
+        # No record is used that was read in a cycle writing it: the scan and the operations read only in
+        # cycles without a write (``sv`` / ``wv`` say when the data is one), and the walks write the record
+        # read the cycle before while reading the next. So the read port is not transparent and
+        # read-during-write is left undefined (no copy and multiplexer after the block RAM).
+        m.submodules.records = mem = Memory(shape=rec_l, depth=Q * W, init=[], attrs=UNDEFINED_COLLISIONS)
         wr = mem.write_port()
-        rd = mem.read_port(transparent_for=(wr,))
+        rd = mem.read_port()
         rrec = rd.data
 
         # per-QP registers

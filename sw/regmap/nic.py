@@ -113,7 +113,7 @@ COUNTERS: dict[str, tuple[tuple[str, str], ...]] = {
     "tracker": (
         ("lost_time_rule", "packets declared lost by the time rule (RACK-style)"),
         ("timeouts", "packets declared lost by the per-packet timeout"),
-        ("retransmit_requests", "retransmissions asked of the scheduler"),
+        ("retransmit_requests", "retransmissions asked of the retransmitter"),
         ("stale_feedback", "SACK/NACK references to PSNs no longer outstanding"),
         ("retry_exceeded", "QPs put in error after the retry budget"),
     ),

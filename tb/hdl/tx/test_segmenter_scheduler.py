@@ -1,5 +1,6 @@
-"""Segmenter and QP scheduler (Amaranth simulator): segmentation rules, sequence numbers, window gate,
-retransmissions first, round-robin fairness. Random stalls on every stream; seeds printed."""
+"""Segmenter, QP scheduler and retransmitter (Amaranth simulator), wired as in the TX pipeline:
+segmentation rules, sequence numbers, window gate, retransmissions first, round-robin fairness, every
+descriptor read back from the retransmitter's table. Random stalls on every stream; seeds printed."""
 
 import random
 
@@ -8,6 +9,7 @@ from amaranth import Module
 from amaranth.lib import wiring
 
 from mrcnic.hdl.tx.layouts import WriteKind
+from mrcnic.hdl.tx.retransmitter import Retransmitter
 from mrcnic.hdl.tx.scheduler import QpScheduler
 from mrcnic.hdl.tx.segmenter import Segmenter
 from mrcnic.wire import Opcode
@@ -16,18 +18,30 @@ from support.pysim import run, stream_get, stream_put
 
 
 class SegmenterAndScheduler(wiring.Component):
-    def __init__(self, qps):
+    """``descriptor``: the retransmitter's output; ``retransmit``: its requests."""
+
+    def __init__(self, qps, window=256):
         self.segmenter = Segmenter(qps=qps)
         self.scheduler = QpScheduler(qps=qps)
+        self.retransmitter = Retransmitter(qps=qps, window=window, ev_slots=16)
+        self.descriptor = self.retransmitter.descriptor
+        self.retransmit = self.retransmitter.request
         super().__init__({})
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.segmenter = seg = self.segmenter
         m.submodules.scheduler = sch = self.scheduler
+        m.submodules.retransmitter = rtx = self.retransmitter
         wiring.connect(m, sch.next_packet, seg.next_packet)
-        wiring.connect(m, seg.descriptor, sch.new_packet)
-        m.d.comb += [sch.has_data.eq(seg.has_data), sch.next_psn.eq(seg.next_psn)]
+        wiring.connect(m, seg.descriptor, rtx.store)
+        out = rtx.descriptor
+        m.d.comb += [
+            sch.has_data.eq(seg.has_data),
+            sch.next_psn.eq(seg.next_psn),
+            sch.retransmit_waiting.eq(rtx.request.valid),
+            sch.new_packet_taken.eq(out.valid & out.ready & ~out.payload.rtx),
+        ]
         return m
 
 
@@ -100,9 +114,9 @@ def test_segmentation_and_sequence_numbers(pmtu_log2):
 
     async def collect(ctx):
         for _ in range(total):
-            got.append(await stream_get(ctx, sch.descriptor, stall=0.3, rng=rng))
+            got.append(await stream_get(ctx, dut.descriptor, stall=0.3, rng=rng))
 
-    run(dut, setup_and_feed, collect, name="segmenter")
+    run(dut, setup_and_feed, collect, name="segmenter", deadline=1e-3)
 
     per_qp = {q: [d for d in got if d.qp == q] for q in range(qps)}
     for q in range(qps):
@@ -157,31 +171,37 @@ def test_window_gate_retransmissions_first_and_round_robin():
         for q in range(qps):
             ctx.set(sch.psn_limit[q], 12)  # PSNs 10, 11, 12 allowed
         for _ in range(9):
-            got.append(await stream_get(ctx, sch.descriptor))
+            got.append(await stream_get(ctx, dut.descriptor))
         # Window full everywhere: nothing more comes out.
-        ctx.set(sch.descriptor.ready, 1)
+        ctx.set(dut.descriptor.ready, 1)
         for _ in range(50):
             await ctx.tick()
-            assert not ctx.get(sch.descriptor.valid)
-        ctx.set(sch.descriptor.ready, 0)
-        # A retransmission goes out although the windows are closed (it is below the limit).
-        # (The scheduler passes it straight through, so offer it and take the output in one go.)
-        ctx.set(sch.retransmit.payload, {"qp": 1, "psn": 11, "rtx": 1, "length": 256, "opcode": 0xC7})
-        ctx.set(sch.retransmit.valid, 1)
-        ctx.set(sch.descriptor.ready, 1)
-        (d,) = await ctx.tick().sample(sch.descriptor.payload).until(sch.descriptor.valid)
-        ctx.set(sch.retransmit.valid, 0)
-        ctx.set(sch.descriptor.ready, 0)
-        assert d.rtx == 1 and d.psn == 11 and d.qp == 1
+            assert not ctx.get(dut.descriptor.valid)
+        ctx.set(dut.descriptor.ready, 0)
+        # A retransmission goes out although the windows are closed (it is below the limit): the
+        # descriptor stored for QP 1's PSN 11, with the request's fields.
+        await stream_put(ctx, dut.retransmit, {"qp": 1, "psn": 11, "avoid_slot": 5, "ack_req": 0})
+        d = await stream_get(ctx, dut.descriptor)
+        assert (d.rtx, d.psn, d.qp, d.avoid_slot, d.ack_req) == (1, 11, 1, 5, 0)
+        (first,) = [x for x in got if (x.qp, x.psn) == (1, 11)]
+        for name in ("opcode", "msn", "rqmsn", "local_addr", "va", "rkey", "dma_length", "length", "imm"):
+            assert getattr(d, name) == getattr(first, name), name
+        # A request for a PSN whose entry holds another is dropped and counted.
+        await stream_put(ctx, dut.retransmit, {"qp": 1, "psn": 11 + 256, "avoid_slot": 0, "ack_req": 1})
+        await ctx.tick().repeat(5)
+        assert not ctx.get(dut.descriptor.valid) and ctx.get(dut.retransmitter.stat_stale) == 1
         # Closing QP 2's congestion window keeps it out while QP 0 continues.
         ctx.set(sch.cwnd_open, 0b001)
         for q in range(qps):
             ctx.set(sch.psn_limit[q], 1000)
         for _ in range(4):
-            d = await stream_get(ctx, sch.descriptor, stall=0.2, rng=rng)
+            d = await stream_get(ctx, dut.descriptor, stall=0.2, rng=rng)
             assert d.qp == 0
+        finished.append(True)
 
-    run(dut, feeder, bench, name="scheduler")
+    finished = []
+    run(dut, feeder, bench, name="scheduler", deadline=1e-3)
+    assert finished, "the bench did not finish in 1 ms of simulated time"
     # Round robin while all were eligible: each group of three serves every QP once.
     for i in range(0, 9, 3):
         assert sorted(d.qp for d in got[i : i + 3]) == [0, 1, 2]
@@ -220,29 +240,32 @@ def test_qp_in_error_sends_nothing_more():
         await stream_put(ctx, seg.work_request, wr(0, 40 * 256))
         await stream_put(ctx, seg.work_request, wr(1, 8 * 256))
         for _ in range(6):
-            got.append(await stream_get(ctx, sch.descriptor, stall=0.3, rng=rng))
+            got.append(await stream_get(ctx, dut.descriptor, stall=0.3, rng=rng))
         ctx.set(seg.halt, 0b01)  # QP 0 goes to ERROR in the middle of its 40-packet message
         after_halt = []
         while len([d for d in got + after_halt if d.qp == 1]) < 8:
-            after_halt.append(await stream_get(ctx, sch.descriptor, stall=0.3, rng=rng))
-        ctx.set(sch.descriptor.ready, 1)
+            after_halt.append(await stream_get(ctx, dut.descriptor, stall=0.3, rng=rng))
+        ctx.set(dut.descriptor.ready, 1)
         for _ in range(30):
-            *_, valid = await ctx.tick().sample(sch.descriptor.valid)
+            *_, valid = await ctx.tick().sample(dut.descriptor.valid)
             assert not valid, "nothing more after QP 1's last packet"
-        ctx.set(sch.descriptor.ready, 0)
+        ctx.set(dut.descriptor.ready, 0)
         zero = [d for d in after_halt if d.qp == 0]
         assert len(zero) <= 1, zero  # the one already asked for
         # Work requests for QP 0 are taken and dropped while it is in ERROR.
         for _ in range(3):
             await stream_put(ctx, seg.work_request, wr(0, 512), stall=0.3, rng=rng)
         await ctx.tick().repeat(20)
-        assert not ctx.get(sch.descriptor.valid) and ctx.get(seg.has_data) == 0
+        assert not ctx.get(dut.descriptor.valid) and ctx.get(seg.has_data) == 0
         assert ctx.get(seg.stat_flushed) == 1 + 3 and ctx.get(seg.stat_rejected) == 0
         # Connected again: it sends the next message from the new PSN and MSN.
         ctx.set(seg.halt, 0)
         await stream_put(ctx, seg.configure, {"qp": 0, "psn": 500, "msn": 7, "rqmsn": 0})
         await stream_put(ctx, seg.work_request, wr(0, 512))
-        again = [await stream_get(ctx, sch.descriptor, stall=0.3, rng=rng) for _ in range(2)]
+        again = [await stream_get(ctx, dut.descriptor, stall=0.3, rng=rng) for _ in range(2)]
         assert [(d.qp, d.psn, d.msn) for d in again] == [(0, 500, 7), (0, 501, 7)]
+        finished.append(True)
 
-    run(dut, bench, name="segmenter_halt")
+    finished = []
+    run(dut, bench, name="segmenter_halt", deadline=1e-3)
+    assert finished, "the bench did not finish in 1 ms of simulated time"
