@@ -189,7 +189,8 @@ def synthesise(board: str, work_dir: Path, nic: dict | None = None) -> Path:
     work_dir.mkdir(parents=True, exist_ok=True)
     (work_dir / f"{name}.il").write_text(plan.files[f"{name}.il"])
     (work_dir / "blocks.ys").write_text(
-        f"read_rtlil {name}.il\nsynth_ecp5 -top {name} {SYNTH_OPTS}\n{_after_synth(name, spec.block_ram)}\n"
+        f"read_rtlil {name}.il\nsynth_ecp5 -top {name} {SYNTH_OPTS}\n"
+        f"{_after_synth(name, spec.block_ram, small_arithmetic=spec.small_arithmetic)}\n"
         f"write_json {name}.json\n"
     )
     # YoWASP tools see the working directory (not /tmp): run there with relative names.

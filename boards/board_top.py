@@ -52,6 +52,10 @@ class BoardSpec:
     # Memories (name patterns in the flattened design, Yosys's wildcards) put in block RAM although Yosys
     # would take LUT RAM: on a board short of logic cells and with block RAM to spare (docs/boards.md).
     block_ram: tuple[str, ...] = ()
+    # Adders and comparisons up to this many bits in LUTs instead of carry chains (0: none): nextpnr puts
+    # a CCU2C more at each end of every chain, so a short one costs more than its LUTs (docs/boards.md).
+    # The Ethernet blocks (125 MHz) keep their chains.
+    small_arithmetic: int = 0
 
 
 # The Colorlight's LUT-RAM memories that go to block RAM, with the DP16KD each takes (36 bits a word).
@@ -108,6 +112,7 @@ BOARDS = {
         # The block RAM PMTU 1024 leaves (20 of the 56) holds these queues and tables instead of LUT RAM:
         # six logic cells per 16 words of 4 bits there, none here.
         block_ram=COLORLIGHT_BLOCK_RAM,
+        small_arithmetic=16,
     ),
     "ecpix5": BoardSpec(
         # One plane: a 31.25 MHz core moves 2 Gb/s (8 bytes a beat), twice the line rate. The whole NIC

@@ -60,17 +60,25 @@ def _fifo_undefined_collisions(fifos: str) -> str:
     return f"setattr -set no_rw_check 1 t:$mem_v2 */{fifos} %i r:RD_CLK_ENABLE=1'1 %i"
 
 
-def _after_synth(name: str, block_ram: tuple[str, ...] = (), fifos: str = BOARD_FIFOS) -> str:
+def _after_synth(
+    name: str, block_ram: tuple[str, ...] = (), fifos: str = BOARD_FIFOS, small_arithmetic: int = 0
+) -> str:
     """The second half; ``block_ram``: memory name patterns marked ``ram_style = "block"`` first (each
     must name a memory: a renamed block fails the build instead of quietly landing in LUT RAM again);
-    ``fifos``: the name pattern of the single-clock FIFOs' memories."""
+    ``fifos``: the name pattern of the single-clock FIFOs' memories; ``small_arithmetic``: adders and
+    comparisons (Yosys ``$alu``) up to that many bits, outside ``hdl/eth``, go to LUTs, not carry chains."""
     steer = "".join(
         f"select -assert-min 1 t:$mem_v2 */{pattern} %i; "
         f'setattr -set ram_style "block" t:$mem_v2 */{pattern} %i; '
         for pattern in block_ram
     )
     undefined = f"{_fifo_undefined_collisions(fifos)}; {YOSYS_UNDEFINED_COLLISIONS}"
-    return f"{undefined}; {steer}synth_ecp5 -top {name} -run map_ram:"
+    small = (
+        f"techmap -map +/techmap.v t:$alu r:Y_WIDTH<={small_arithmetic} %i a:src=*/hdl/eth/* %d; "
+        if small_arithmetic
+        else ""
+    )
+    return f"{undefined}; {steer}{small}synth_ecp5 -top {name} -run map_ram:"
 
 
 UTILISATION = {
@@ -294,7 +302,7 @@ def _build_with_seed(
             build_dir=str(build_dir),
             do_program=False,
             synth_opts=SYNTH_OPTS,
-            script_after_synth=_after_synth(name, spec.block_ram),
+            script_after_synth=_after_synth(name, spec.block_ram, small_arithmetic=spec.small_arithmetic),
             nextpnr_opts=(
                 "--report nextpnr-report.json --timing-allow-fail "
                 f"--seed {seed} --placer {placer} --router {router}"

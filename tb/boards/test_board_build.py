@@ -253,6 +253,10 @@ def test_the_colorlights_nic_keeps_to_a_standard_ethernet_mtu():
     two_by_two = "RD_COLLISION_X_MASK 4'b1111 t:$mem_v2 a:no_rw_check %i r:RD_PORTS=2 %i r:WR_PORTS=2 %i"
     for text in (script, versa):
         assert text.startswith(fifos) and one_by_one in text and two_by_two in text
+    # the Colorlight's short adders and comparisons in LUTs, the Ethernet blocks' excepted
+    small = build._after_synth("top", spec.block_ram, small_arithmetic=spec.small_arithmetic)
+    assert "techmap -map +/techmap.v t:$alu r:Y_WIDTH<=16 %i a:src=*/hdl/eth/* %d; synth_ecp5" in small
+    assert BOARDS["versa_ecp5"].small_arithmetic == 0 and "techmap" not in versa
 
 
 @pytest.mark.slow
