@@ -19,7 +19,7 @@ multiplexer of some 250 bits chooses between a new packet and a retransmission (
 Members (Q = ``qps``, W = ``window``):
 
 * ``store``: In stream :func:`~mrcnic.hdl.tx.layouts.descriptor_layout`, every new packet; it leaves
-  ``descriptor`` with ``rtx`` = 0 (its own ``avoid_slot``, ``ack_req`` and ``rtx`` are not stored).
+  ``descriptor`` with ``rtx``, ``avoid_slot`` and ``ack_req`` = 0, whatever its own say.
 * ``request``: In stream :func:`~mrcnic.hdl.tx.tracker.retransmit_layout` ``{qp, psn, avoid_slot,
   ack_req}``: it leaves ``descriptor`` with ``rtx`` = 1, ``avoid_slot`` and ``ack_req`` from the request.
 * ``descriptor``: Out stream, in the order stored packets and requests were taken. A request is taken
@@ -27,7 +27,9 @@ Members (Q = ``qps``, W = ``window``):
 * ``stat_stale``: Out(32).
 
 Timing: a request or a new packet is taken when ``descriptor`` holds nothing. A request's descriptor is
-valid 2 cycles after it was taken, a new packet's 3 (the write, then the read).
+valid 2 cycles after it was taken, a new packet's 3 (the write, then the read). The table is written
+only in a cycle that takes a new packet, whose read is not used, so read-during-write is left undefined
+(``UNDEFINED_COLLISIONS``: no logic after the block RAM).
 """
 
 from amaranth import Module, Signal
