@@ -28,7 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-from mrcnic.hdl.host.host_memory import YOSYS_UNDEFINED_COLLISIONS
+from mrcnic.hdl.tables import YOSYS_UNDEFINED_COLLISIONS
 from mrcnic.toolchain import apply_tool_environment
 
 from .board_top import BOARDS, ETH_HZ, BoardTop, nic_setting

@@ -10,7 +10,12 @@ word's write enable, so writing takes no LUT) and a 2:1 multiplexer per bit to r
 flip-flops (docs/boards.md, "LUT-RAM costs three times what it seems").
 """
 
-__all__ = ["REGISTER_TABLE_MAX_DEPTH", "UNDEFINED_COLLISIONS", "small_table_attrs"]
+__all__ = [
+    "REGISTER_TABLE_MAX_DEPTH",
+    "UNDEFINED_COLLISIONS",
+    "YOSYS_UNDEFINED_COLLISIONS",
+    "small_table_attrs",
+]
 
 # Deepest table kept in flip-flops: at three words and more the read multiplexer costs more than the
 # LUT RAM saves.
@@ -30,3 +35,14 @@ def small_table_attrs(depth: int) -> dict[str, str]:
 # block RAM does not have, by a copy of the written word and a multiplexer after the RAM: one flip-flop
 # and one LUT4 per bit (the retransmitter's 250-bit descriptors: 261 cells).
 UNDEFINED_COLLISIONS = {"no_rw_check": 1}
+
+# Yosys script step (after ``memory_collect``; boards/build.py): the memories marked ``no_rw_check`` (the
+# host memory, 2 read x 2 write ports; the NIC's tables, 1 x 1) have undefined read-during-write between
+# their ports, which lets ``memory_libmap`` use the block RAM as it is (here DP16KD true dual-port
+# blocks). The mask has a bit per (read port, write port) pair, so one step per shape.
+YOSYS_UNDEFINED_COLLISIONS = "; ".join(
+    f"setparam -set RD_COLLISION_X_MASK {r * w}'b{'1' * (r * w)} "
+    f"t:$mem_v2 a:no_rw_check %i r:RD_PORTS={r} %i r:WR_PORTS={w} %i"
+    for r in (1, 2)
+    for w in (1, 2)
+)

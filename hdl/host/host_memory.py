@@ -86,7 +86,8 @@ carries ``no_rw_check`` (read-during-write undefined, as said above); without it
 collision semantics (old data across ports) and falls back to flip-flops: 64 KiB became 524,288
 flip-flops and took Yosys past WebAssembly's 4 GiB. Yosys's Verilog frontend turns the attribute into
 undefined collisions itself; its RTLIL frontend (Amaranth's build flow) does not, so a flow reading
-RTLIL runs :data:`YOSYS_UNDEFINED_COLLISIONS` after ``memory_collect`` (``boards/build.py``). In logic: the
+RTLIL runs ``mrcnic.hdl.tables.YOSYS_UNDEFINED_COLLISIONS`` after ``memory_collect``
+(``boards/build.py``). In logic: the
 two burst engines (word address, beat count, ID, response registers), the AXI4-Lite lane select (a
 W/4-to-1 multiplexer of 32 bits) and the address checks. Figures for 64 KiB, W = 8: docs/host-interface.md.
 """
@@ -99,20 +100,10 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In
 
 from ..dma.axi import Axi4Signature, AxiBurst, AxiResp
+from ..tables import UNDEFINED_COLLISIONS
 from .axil import AxiLiteSignature
 
-__all__ = ["HostMemory", "YOSYS_UNDEFINED_COLLISIONS"]
-
-# Yosys script step: the memories marked ``no_rw_check`` (this one, 2 read x 2 write ports; the NIC's
-# tables of ``mrcnic.hdl.tables.UNDEFINED_COLLISIONS``, 1 x 1) have undefined read-during-write between
-# their ports, which lets ``memory_libmap`` use the block RAM as it is (here DP16KD true dual-port
-# blocks). The mask has a bit per (read port, write port) pair, so one step per shape.
-YOSYS_UNDEFINED_COLLISIONS = "; ".join(
-    f"setparam -set RD_COLLISION_X_MASK {r * w}'b{'1' * (r * w)} "
-    f"t:$mem_v2 a:no_rw_check %i r:RD_PORTS={r} %i r:WR_PORTS={w} %i"
-    for r in (1, 2)
-    for w in (1, 2)
-)
+__all__ = ["HostMemory"]
 
 
 class _BurstEngine:
@@ -215,7 +206,7 @@ class HostMemory(wiring.Component):
         # Read-during-write is undefined on either port (see the module docstring): without this
         # attribute Yosys keeps the Verilog semantics (old data across ports) and cannot use DP16KD.
         m.submodules.storage = storage = Memory(
-            shape=8 * width, depth=self.size // width, init=[], attrs={"no_rw_check": 1}
+            shape=8 * width, depth=self.size // width, init=[], attrs=UNDEFINED_COLLISIONS
         )
         # Port A (axi): one address for its read and write halves, so they map to one block RAM port.
         a_addr = Signal(size_bits - lane_bits)

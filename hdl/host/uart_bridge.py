@@ -81,6 +81,7 @@ from amaranth.utils import ceil_log2
 
 from mrcnic.driver.uart_protocol import MIN_REQUEST, REPEATED, REQUEST_HEADER, Status
 
+from ..tables import UNDEFINED_COLLISIONS
 from .axil import AxiLiteSignature
 from .uart import DIVISOR_BITS, UartRx, UartTx, rx_byte_layout
 
@@ -168,7 +169,7 @@ class CobsEncoder(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         # Filling and sending never overlap, so a read never meets a write.
-        m.submodules.block = block = Memory(shape=8, depth=256, init=[], attrs={"no_rw_check": 1})
+        m.submodules.block = block = Memory(shape=8, depth=256, init=[], attrs=UNDEFINED_COLLISIONS)
         wp = block.write_port()
         rp = block.read_port()
         ptr = Signal(8)  # FILL: bytes of the block so far; BLOCK: the byte being sent
@@ -342,7 +343,7 @@ class UartBridge(wiring.Component):
         # needs its bytes picked, 8 bits wide. `lane` is the byte within word `word`. Reads never meet
         # writes that matter (see the states), so Yosys needs no collision logic.
         m.submodules.buffer = buffer = Memory(
-            shape=8, depth=4 << len(word), init=[], attrs={"no_rw_check": 1}
+            shape=8, depth=4 << len(word), init=[], attrs=UNDEFINED_COLLISIONS
         )
         wp = buffer.write_port()
         rp = buffer.read_port()

@@ -36,7 +36,8 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, Event, RisingEdge, Timer
 
 from mrcnic.hdl.dma.axi import AxiBurst, AxiResp
-from mrcnic.hdl.host.host_memory import YOSYS_UNDEFINED_COLLISIONS, HostMemory
+from mrcnic.hdl.host.host_memory import HostMemory
+from mrcnic.hdl.tables import YOSYS_UNDEFINED_COLLISIONS
 from mrcnic.toolchain import apply_tool_environment
 
 from support.cocotb_runner import REPO_ROOT, dut_params, run_cocotb
