@@ -97,7 +97,10 @@ BOARDS = {
         # The only LED shares its pin with the UART's TX (amaranth-boards' UART on J19): no LEDs.
         platform=Colorlight_5A75B_R70Platform,
         planes=2,
-        core_hz=62.5e6,
+        # A 4-byte path at 31.25 MHz: 1 Gb/s through the core, half of what the two planes carry. The
+        # placed design reached 29.4 MHz against a 62.5 MHz target and 31.3 against 31.25
+        # (docs/boards.md, "Colorlight 5A-75B: place and route").
+        core_hz=31.25e6,
         memory_size=1 << 14,
         # PMTU 1024: every frame fits a standard 1500-byte Ethernet MTU (no jumbo frames on the switch),
         # and the NIC's plane FIFOs, frame buffer and the ports' rings need a quarter of the block RAM
@@ -105,10 +108,22 @@ BOARDS = {
         max_frame=1170,
         leds=None,
         program="openFPGALoader -c <your JTAG cable, e.g. ft232RL or dirtyJtag>",
-        # Without SRv6, as the Versa. One payload read ahead: the on-chip memory answers within a
-        # header's time, so the TX line rate is the same as with two (docs/benchmarks.md, "Payload reads
-        # ahead") and the parked job needs no second register and multiplexer (about 300 cells).
-        nic={"destinations": 0, "max_pmtu": 1024, "lookahead": 1},
+        # The smallest NIC the parameters allow (1 QP, 4 EV slots, a 64-PSN window, no backup EVs, one
+        # memory region, a 4-byte path), without SRv6 as the Versa: the boards' NIC is about twice the
+        # 25F. One payload read ahead: the on-chip memory answers within a header's time, so the TX line
+        # rate is the same as with two (docs/benchmarks.md, "Payload reads ahead") and the parked job
+        # needs no second register and multiplexer (about 300 cells).
+        nic={
+            "qps": 1,
+            "ev_slots": 4,
+            "window": 64,
+            "backups": 0,
+            "mrs": 1,
+            "data_width": 4,
+            "destinations": 0,
+            "max_pmtu": 1024,
+            "lookahead": 1,
+        },
         # The block RAM PMTU 1024 leaves (20 of the 56) holds these queues and tables instead of LUT RAM:
         # six logic cells per 16 words of 4 bits there, none here.
         block_ram=COLORLIGHT_BLOCK_RAM,
@@ -116,6 +131,8 @@ BOARDS = {
         # The top edge's DCC (where nextpnr put it) had no free path from the fabric once the clocks
         # were routed, as on the Versa: the bottom edge's (the 25F's DCCs: X31/Y0 top, X31/Y50 bottom).
         reset_buffer_bel="X31/Y50/BDCC0",
+        # router2 went from 38,652 overused wires to 16,281 at iteration 7 and climbed; router1 keeps going.
+        router="router1",
     ),
     "ecpix5": BoardSpec(
         # One plane: a 31.25 MHz core moves 2 Gb/s (8 bytes a beat), twice the line rate. The whole NIC

@@ -239,7 +239,11 @@ def test_the_colorlights_nic_keeps_to_a_standard_ethernet_mtu():
     assert {(port.tx_buffer_bytes, port.rx_buffer_bytes) for port in board._ports} == {(2048, 2048)}
     core = board._nic._core
     assert core._tx.max_pmtu == core._rx.max_pmtu == 1024
-    assert core._tx.max_packet_beats == -(-(142 + 1024 + 4) // 8) + 1
+    assert core._tx.max_packet_beats == -(-(142 + 1024 + 4) // 4) + 1  # 4 bytes a beat
+    # the smallest NIC the parameters allow: the boards' NIC is about twice the 25F
+    caps = board.caps
+    assert (caps.qps, caps.ev_slots, caps.backups, caps.window, caps.mrs, caps.data_width) == (1, 4, 0, 64, 1, 4)
+    assert caps.clock_hz == 31_250_000
     script = build._after_synth("top", spec.block_ram)
     assert spec.block_ram and script.endswith("synth_ecp5 -top top -run map_ram:")
     for pattern in spec.block_ram:

@@ -4,8 +4,9 @@ only over its simulated UART and performs an RDMA WRITE that crosses both planes
 The bench is two :class:`~mrcnic.boards.nic_board.NicBoard` (everything on a board's FPGA but its PLL and
 pins: NIC, Ethernet MACs, behavioural RGMII PHYs, host memory, UART bridge) with their RGMII pins crossed
 plane by plane, as two two-plane boards joined by two cables. Board A has the boards' default NIC (two
-QPs, 8 EV slots, an 8-byte data path, SRv6); board B the Versa ECP5's (the same built without SRv6:
-``destinations=0``): in single-IPv6 mode the two interwork. Each board has its own
+QPs, 8 EV slots, an 8-byte data path, SRv6); board B the Colorlight 5A-75B's (the smallest NIC: one QP,
+4 EV slots, no backup EVs, one memory region, a 4-byte data path, PMTU 1024, no SRv6): in single-IPv6
+mode the two interwork. Each board has its own
 clocks, slightly off from the other's (core 62.5 MHz and TX 125 MHz, +-100 ppm), so every frame crosses
 real clock-domain boundaries: RGMII at the pins, the MACs' FIFOs into the core domain.
 
@@ -63,7 +64,7 @@ SIDES = ("a", "b")
 CORE_PS = {"a": 16_000, "b": 15_998}
 TX_PS = {"a": 8_000, "b": 8_001}
 TX90_PS = 2_000  # the simulated 90-degree TX clock lags by a quarter period
-# B: the Colorlight's NIC (the boards' without SRv6, and PMTU 1024 at most)
+# B: the Colorlight's NIC (the smallest: 1 QP, a 4-byte path, no SRv6, PMTU 1024 at most)
 NIC = {"a": None, "b": BOARDS["colorlight_5a75b"].nic}
 
 
