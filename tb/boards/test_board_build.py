@@ -242,7 +242,8 @@ def test_the_colorlights_nic_keeps_to_a_standard_ethernet_mtu():
     assert core._tx.max_packet_beats == -(-(142 + 1024 + 4) // 4) + 1  # 4 bytes a beat
     # the smallest NIC the parameters allow: the boards' NIC is about twice the 25F
     caps = board.caps
-    assert (caps.qps, caps.ev_slots, caps.backups, caps.window, caps.mrs, caps.data_width) == (1, 4, 0, 64, 1, 4)
+    smallest = (caps.qps, caps.ev_slots, caps.backups, caps.window, caps.mrs, caps.data_width)
+    assert smallest == (1, 4, 0, 64, 1, 4)
     assert caps.clock_hz == 31_250_000
     script = build._after_synth("top", spec.block_ram)
     assert spec.block_ram and script.endswith("synth_ecp5 -top top -run map_ram:")
