@@ -8,8 +8,16 @@ import os
 import random
 
 import pytest
+from amaranth import Const, Module, Signal
+from amaranth.sim import Simulator
 
-from mrcnic.hdl.host.counter_bank import CounterBank, sample_width_for
+from mrcnic.hdl.host.counter_bank import (
+    LFSR_TAPS,
+    CounterBank,
+    de_bruijn_positions,
+    de_bruijn_step,
+    sample_width_for,
+)
 
 from support.pysim import run
 
@@ -101,3 +109,34 @@ def test_rejects_samples_wider_than_totals():
         CounterBank(count=0)
     with pytest.raises(ValueError, match="fast counters"):
         CounterBank(count=4, fast=5)
+    with pytest.raises(ValueError, match="at most 16"):
+        CounterBank(count=40_000, max_step=1, total_width=32, fast=0)
+
+
+@pytest.mark.parametrize("width", sorted(LFSR_TAPS))
+def test_de_bruijn_counter_runs_through_every_state(width):
+    """A slow counter's code: from 0, ``2**width`` steps visit every state once and come back to 0, so
+    it counts modulo ``2**width`` as a binary counter does; the table turns a state into that count."""
+    state, seen = 0, []
+    for _ in range(1 << width):
+        seen.append(state)
+        state = de_bruijn_step(state, width)
+    assert state == 0 and sorted(seen) == list(range(1 << width))
+    positions = de_bruijn_positions(width)
+    assert [positions[s] for s in seen] == list(range(1 << width))
+
+
+def test_de_bruijn_step_in_gateware_matches_the_model():
+    """The Amaranth expression and the integer model take the same step from every 7-bit state."""
+    m = Module()
+    state, after = Signal(7), Signal(7)
+    m.d.comb += after.eq(de_bruijn_step(state, 7))
+    sim = Simulator(m)
+
+    async def bench(ctx):
+        for value in range(1 << 7):
+            ctx.set(state, Const(value, 7))
+            assert ctx.get(after) == de_bruijn_step(value, 7), value
+
+    sim.add_testbench(bench)
+    sim.run()
