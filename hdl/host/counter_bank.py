@@ -36,10 +36,10 @@ value, an XOR) and steps a ``slow_width``-bit *de Bruijn counter*: a shift regis
 XOR of taps of a maximal-length LFSR (:data:`LFSR_TAPS`), corrected so that the all-zero state is part
 of the cycle (``de_bruijn_step``). It runs through all ``2^n`` states, like a binary counter, but the
 next state costs two LUT4s instead of a carry chain or about nine LUT4s: on the Colorlight's NIC (89
-slow counters) about 440 logic cells fewer (docs/boards.md). The sampled state becomes the count modulo
-``2^n`` through one shared table (``de_bruijn_positions``, a ROM in LUTs), and from there a visit works
-as for any counter. Seeing a flip takes a cycle, so a slow counter's total lags its block's counter by
-one cycle more than a fast one's.
+slow counters) 540 logic cells fewer after packing (docs/boards.md). The sampled state becomes the
+count modulo ``2^n`` through one shared table (``de_bruijn_positions``, a ROM in LUTs), and from there a
+visit works as for any counter. Seeing a flip takes a cycle, so a slow counter's total lags its block's
+counter by one cycle more than a fast one's.
 
 After a reset the blocks' counters restart at 0 and so must the totals, although block RAM keeps its
 contents: the first scan after a reset writes each sample as the total. ``ready`` rises when that scan
