@@ -12,22 +12,22 @@ in one block RAM.
 How a total follows its counter. A *visit* of counter ``i`` reads its total ``T`` and writes back
 ``T + ((s - T) mod 2^n)``, where ``s`` is the counter's current low ``n = sample_width`` bits. So the low
 ``n`` bits of a total always equal the counter's low bits at the last visit, and the difference mod
-``2^n`` is what the counter grew by since then: exact as long as it grows by less than ``2^n`` between
-two visits. A scan visits the counters in turn, one a cycle; a host read is a visit too (it takes the
-scan's cycle, the scan waits), and its answer is the updated total, so **a read is exact**: it counts
-every event up to the cycle of the request. With host reads at least ``read_interval`` cycles apart
-(2 at the most often; the register file's are 4 apart: a counter read holds its bus until the answer
-has been taken), the scan moves on in all but one cycle of every ``read_interval``, so a counter is
-visited again within ``L`` cycles, the fewest with ``L - ceil(L / read_interval) >= count``: ``2 *
-count`` for reads every other cycle, about ``4 / 3 * count`` for reads every fourth
-(``revisit_cycles``). ``sample_width`` is sized so that a counter growing by up to ``max_step`` a cycle
-stays below ``2^n`` over ``L + 2`` cycles (``sample_width_for``; the 2 cover a visit that reads the
-total its predecessor is still writing: see stage 2). For the Colorlight's NIC (92 counters, 2 at most a
-cycle) that is 8 bits with reads 4 apart, where every other cycle would need 9. Most counters grow by
-at most one a cycle and need a bit fewer (``slow_width``, 7 there): the first ``fast`` counters are
-sampled with ``sample_width`` bits, the others with ``slow_width``, and a visit takes the growth modulo
-the visited counter's own width. Each bit fewer is a bit less in the samples' multiplexer and in every
-block's counter.
+``2^n`` is what the counter grew by since then: exact as long as it grows by less than ``2^n`` between two
+visits. A scan visits the counters in turn, one a cycle; a host read is a visit too (it takes the scan's
+cycle, the scan waits), and its answer is the updated total, so **a read is exact**: it counts every event
+up to the cycle of the request (a slow counter's, below, up to the cycle before). With host reads at least
+``read_interval`` cycles apart (2 at the most often; the register file's are 4 apart: a counter read holds
+its bus until the answer has been taken), the scan moves on in all but one cycle of every
+``read_interval``, so a counter is visited again within ``L`` cycles, the fewest with
+``L - ceil(L / read_interval) >= count``: ``2 * count`` for reads every other cycle, about
+``4 / 3 * count`` for reads every fourth (``revisit_cycles``). ``sample_width`` is sized so that a counter
+growing by up to ``max_step`` a cycle stays below ``2^n`` over ``L + 2`` cycles (``sample_width_for``; the
+2 cover a visit that reads the total its predecessor is still writing: see stage 2). For the Colorlight's
+NIC (92 counters, 2 at most a cycle) that is 8 bits with reads 4 apart, where every other cycle would need
+9. Most counters grow by at most one a cycle and need a bit fewer (``slow_width``, 7 there): the first
+``fast`` counters are sampled with ``sample_width`` bits, the others with ``slow_width``, and a visit
+takes the growth modulo the visited counter's own width. Each bit fewer is a bit less in the samples'
+multiplexer and in every block's counter.
 
 Slow counters are counted again in the bank, in a cheaper code. A counter that grows by at most one a
 cycle flips its bit 0 at every event, so the bank reads only that bit: the block's counter shrinks in
