@@ -47,6 +47,9 @@ class BoardSpec:
     nic: dict = field(default_factory=dict)
     seeds: tuple[int, ...] = (1,)  # nextpnr placement seeds, in the order a build tries them (docs/boards.md)
     router: str = "router2"  # nextpnr's router for this board's build
+    # nextpnr's timing-driven placement; off leaves less wire to route on a nearly full device, at the
+    # cost of the clocks' margins (docs/boards.md, "Colorlight 5A-75B").
+    timing_driven_placement: bool = True
     # nextpnr BEL of the core reset's DCCA global buffer; None lets the placer choose.
     reset_buffer_bel: str | None = None
     # Memories (name patterns in the flattened design, Yosys's wildcards) put in block RAM although Yosys
@@ -133,6 +136,9 @@ BOARDS = {
         reset_buffer_bel="X31/Y50/BDCC0",
         # router2 went from 38,652 overused wires to 16,281 at iteration 7 and climbed; router1 keeps going.
         router="router1",
+        # Placed for timing, router1 still had 16,172 arcs to route after 42 minutes; placed for wire
+        # length only, 15,525 after 17 minutes (and the placer took 4 minutes instead of 18).
+        timing_driven_placement=False,
     ),
     "ecpix5": BoardSpec(
         # One plane: a 31.25 MHz core moves 2 Gb/s (8 bytes a beat), twice the line rate. The whole NIC

@@ -207,6 +207,15 @@ class RoutingStalled(SystemExit):
         super().__init__(1)
 
 
+def nextpnr_options(seed: int, placer: str, router: str, *, timing_driven: bool = True) -> str:
+    """nextpnr's options for a board build. It always reports and never stops on failed timing: the build
+    reads the report and judges (``--allow-timing-fail``)."""
+    options = (
+        f"--report nextpnr-report.json --timing-allow-fail --seed {seed} --placer {placer} --router {router}"
+    )
+    return options if timing_driven else f"{options} --no-tmdriv"
+
+
 def build_board(
     board: str,
     build_root: Path,
@@ -215,6 +224,7 @@ def build_board(
     allow_timing_fail: bool = False,
     router: str | None = None,
     placer: str = "static",
+    timing_driven: bool | None = None,
     nic: dict | None = None,
     core_hz: float | None = None,
     route_patience: int = ROUTE_PATIENCE,
@@ -222,13 +232,15 @@ def build_board(
     """Build ``board``; returns the report (also written as report.json). Raises SystemExit(1) on failure.
     ``seed``: nextpnr's placement seed; None tries the board's ``seeds`` in order, the next one only when
     routing stopped converging with the one before (the report's ``seeds_tried`` lists them).
-    ``router``: nextpnr's (None: the board's); ``route_patience``: router2 iterations without progress
+    ``router``: nextpnr's (None: the board's); ``timing_driven``: nextpnr's timing-driven placement
+    (None: the board's ``timing_driven_placement``); ``route_patience``: router2 iterations without progress
     before the build stops it (0: never)."""
     seeds = list(BOARDS[board].seeds) if seed is None else [seed]
     options = dict(
         allow_timing_fail=allow_timing_fail,
         router=router,
         placer=placer,
+        timing_driven=timing_driven,
         nic=nic,
         core_hz=core_hz,
         route_patience=route_patience,
@@ -252,6 +264,7 @@ def _build_with_seed(
     allow_timing_fail: bool,
     router: str | None,
     placer: str,
+    timing_driven: bool | None,
     nic: dict | None,
     core_hz: float | None,
     route_patience: int,
@@ -261,6 +274,7 @@ def _build_with_seed(
     os.environ.setdefault("OPENFPGALOADER", "true")  # amaranth-boards names it; nothing is programmed
     spec = BOARDS[board]
     router = spec.router if router is None else router
+    timing_driven = spec.timing_driven_placement if timing_driven is None else timing_driven
     top = BoardTop(board, nic=nic, core_hz=core_hz)
     platform = spec.platform()
     build_dir = build_root / board
@@ -282,6 +296,7 @@ def _build_with_seed(
         "seed": seed,
         "seeds_tried": [*tried, {"seed": seed}],  # earlier seeds of this build and why they were left
         "placer": placer,
+        "timing_driven_placement": timing_driven,
         "router": router,
     }
     started = time.monotonic()
@@ -303,10 +318,7 @@ def _build_with_seed(
             do_program=False,
             synth_opts=SYNTH_OPTS,
             script_after_synth=_after_synth(name, spec.block_ram, small_arithmetic=spec.small_arithmetic),
-            nextpnr_opts=(
-                "--report nextpnr-report.json --timing-allow-fail "
-                f"--seed {seed} --placer {placer} --router {router}"
-            ),
+            nextpnr_opts=nextpnr_options(seed, placer, router, timing_driven=timing_driven),
         )
     except Exception as exc:  # the toolchain's own failure (does not fit, bad constraint, ...)
         log = build_dir / f"{name}.tim"
@@ -401,6 +413,12 @@ def main(argv=None) -> None:
     # (docs/boards.md, "ECPIX-5").
     parser.add_argument("--placer", choices=("static", "heap"), default="static", help="nextpnr's placer")
     parser.add_argument(
+        "--timing-driven",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="nextpnr's timing-driven placement (default: the board's; off on the Colorlight 5A-75B)",
+    )
+    parser.add_argument(
         "--nic", nargs="*", type=nic_setting, default=[], metavar="KEY=VALUE", help="NIC parameter overrides"
     )
     parser.add_argument(
@@ -422,6 +440,7 @@ def main(argv=None) -> None:
         allow_timing_fail=args.allow_timing_fail,
         router=args.router,
         placer=args.placer,
+        timing_driven=args.timing_driven,
         nic=nic,
         core_hz=args.core_mhz * 1e6 if args.core_mhz else None,
         route_patience=args.route_patience,

@@ -23,6 +23,8 @@ from mrcnic.boards.build import (
     _watch_routing,
     build_board,
     clock_domain,
+    main,
+    nextpnr_options,
     stop_processes,
 )
 from mrcnic.boards.ecp5_pll import VCO_HZ, pll_dividers
@@ -175,6 +177,31 @@ def test_a_build_tries_the_boards_next_seed_only_when_routing_stalls(monkeypatch
     with pytest.raises(RoutingStalled):
         build_board("ecpix5", tmp_path, seed=9)
     assert asked == [9]
+
+
+def test_timing_driven_placement_is_the_boards_choice_unless_asked(monkeypatch):
+    """nextpnr places for timing unless the board's ``timing_driven_placement`` is off (the Colorlight:
+    wire length only, so that the nearly full 25F routes) or the command line says otherwise."""
+    assert "--no-tmdriv" not in nextpnr_options(3, "static", "router1").split()
+    options = nextpnr_options(3, "heap", "router2", timing_driven=False).split()
+    assert "--no-tmdriv" in options and options[options.index("--seed") + 1] == "3"
+    assert (
+        options[options.index("--placer") + 1] == "heap"
+        and options[options.index("--router") + 1] == "router2"
+    )
+    assert {board: spec.timing_driven_placement for board, spec in BOARDS.items()} == {
+        "colorlight_5a75b": False,
+        "ecpix5": True,
+        "versa_ecp5": True,
+    }
+    asked = []
+    monkeypatch.setattr(
+        build, "build_board", lambda board, root, **options: asked.append(options["timing_driven"])
+    )
+    main(["colorlight_5a75b"])
+    main(["colorlight_5a75b", "--timing-driven"])
+    main(["ecpix5", "--no-timing-driven"])
+    assert asked == [None, True, False]
 
 
 def test_unknown_board_is_a_clear_error():
