@@ -204,6 +204,48 @@ def test_timing_driven_placement_is_the_boards_choice_unless_asked(monkeypatch):
     assert asked == [None, True, False]
 
 
+@pytest.mark.parametrize(
+    ("board", "asked", "placed_for_timing"),
+    [
+        ("colorlight_5a75b", None, False),
+        ("ecpix5", None, True),
+        ("colorlight_5a75b", True, True),
+        ("ecpix5", False, False),
+    ],
+)
+def test_a_build_hands_nextpnr_the_placement_it_chose(monkeypatch, tmp_path, board, asked, placed_for_timing):
+    """What reaches nextpnr (the platform's build, replaced here by one that stops at once) and the
+    report: the board's ``timing_driven_placement`` unless the caller chose, and the board's router."""
+    handed = {}
+
+    def stop_at_nextpnr(self, top, **options):
+        handed.update(options)
+        raise RuntimeError("stopped before the toolchain")
+
+    spec = BOARDS[board]
+    monkeypatch.setattr(spec.platform, "build", stop_at_nextpnr)
+    with pytest.raises(SystemExit):
+        build._build_with_seed(
+            board,
+            tmp_path,
+            5,
+            [],
+            allow_timing_fail=True,
+            router=None,
+            placer="static",
+            timing_driven=asked,
+            nic=None,
+            core_hz=None,
+            route_patience=0,
+        )
+    options = handed["nextpnr_opts"].split()
+    assert ("--no-tmdriv" not in options) == placed_for_timing
+    assert options[options.index("--router") + 1] == spec.router
+    assert options[options.index("--seed") + 1] == "5"
+    report = json.loads((tmp_path / board / "report.json").read_text())
+    assert report["timing_driven_placement"] == placed_for_timing and report["router"] == spec.router
+
+
 def test_unknown_board_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown board 'icebreaker'"):
         BoardTop("icebreaker")
