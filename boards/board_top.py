@@ -71,7 +71,7 @@ COLORLIGHT_BLOCK_RAM = (
     "*.rx.writer.w_queue.storage",  # 1
     "*.rx.writer.b_queue.storage",  # 1
     "*.tx.plane_order.storage",  # 1
-    "*.tx_fifo.unbuffered.storage",  # 2 in each port: the clock-domain crossing towards the MAC
+    "*.tx_fifo.storage",  # 2 in each port: the clock-domain crossing towards the MAC
 )
 
 BOARDS = {

@@ -8,12 +8,12 @@ store-and-forward buffers and the MAC (IEEE Std 802.3-2022 clauses 3 and 4 over 
 ::
 
     core domain              │ tx domain (125 MHz, local)
-    s_axis ► AsyncFIFO ──────┼─► ByteSerializer ► FIFO ► TxBuffer (ring) ► [IcrcAppender] ► TxMac ─► gmii.txd
+    s_axis ► CDC FIFO ───────┼─► ByteSerializer ► FIFO ► TxBuffer (ring) ► [IcrcAppender] ► TxMac ─► gmii.txd
                              │                                        │ status
     counters ◄ PortCounters ◄┼── AsyncFIFO ◄── {sent, dropped} ◄──────┘
                       ▲      │ rx domain (125 MHz, from the PHY)
-                      └──────┼── AsyncFIFO ◄── RxBuffer status ◄┐
-    m_axis ◄ AsyncFIFO ◄─────┼── BytePacker ◄ FIFO ◄ [IcrcChecker] ◄ RxBuffer (ring) ◄─┴ RxMac ◄── gmii.rxd
+                      └──────┼── AsyncFIFO ◄── RxBuffer status ◄───────────────────────┐
+    m_axis ◄ CDC FIFO ◄──────┼── BytePacker ◄ FIFO ◄ [IcrcChecker ◄ Skid] ◄ RxBuffer ◄─┴ RxMac ◄── gmii.rxd
 
 Members:
 
@@ -26,9 +26,10 @@ Members:
 * Counters, Out(32), wrapping, in the core domain: see :mod:`mrcnic.hdl.eth.counters`.
 
 Parameters: ``data_width`` (octets per beat, as the core's), ``max_frame`` (octets with FCS), ``ifg``
-(octets), ``tx_buffer_bytes`` / ``rx_buffer_bytes`` (ring sizes, at least ``max_frame``: a power of two, or
-whole 2048-octet block RAMs; default the smallest such), ``cdc_depth`` (beats of each data FIFO between the
-domains), ``core_domain`` / ``tx_domain`` / ``rx_domain`` (clock domain names; the domains are defined
+(octets), ``tx_buffer_bytes`` / ``rx_buffer_bytes`` (ring sizes, at least ``max_frame``: a power of two,
+or whole 2048-octet block RAMs; default the smallest such), ``cdc_depth`` (beats in the RAM of each data
+FIFO between the domains, a power of two; :class:`~mrcnic.hdl.cdc_fifo.ClockCrossingFifo` holds two
+more), ``core_domain`` / ``tx_domain`` / ``rx_domain`` (clock domain names; the domains are defined
 elsewhere: the board's clocking for the core and TX, the PHY interface for RX), ``icrc`` (the port
 appends each sent frame's RoCEv2 ICRC after the TX ring and checks each received frame's after the RX
 ring, one octet per cycle, :mod:`mrcnic.hdl.eth.octet_icrc`: the core then sends frames without their
@@ -56,6 +57,8 @@ from amaranth.hdl import DomainRenamer
 from amaranth.lib import fifo, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..cdc_fifo import ClockCrossingFifo
+from ..skid_buffer import SkidBuffer
 from ..stream import AxiStreamSignature, PacketLayout
 from .counters import COUNTERS, PortCounters
 from .frame import (
@@ -147,17 +150,13 @@ class EthernetPort(wiring.Component):
         rx_beat = PacketLayout(self.data_width, user_width=int(self.icrc))
 
         # -- TX: core -> tx domain -> octets -> ring -> MAC ---------------------------------------------
-        m.submodules.tx_fifo = tx_fifo = fifo.AsyncFIFOBuffered(
-            width=beat.size, depth=self.cdc_depth + 1, w_domain=core, r_domain=tx
-        )
-        tx_in = Signal(beat)
+        m.submodules.tx_fifo = tx_fifo = ClockCrossingFifo(beat, self.cdc_depth, w_domain=core, r_domain=tx)
         m.d.comb += [
-            tx_in.data.eq(self.s_axis.tdata),
-            tx_in.keep.eq(self.s_axis.tkeep),
-            tx_in.last.eq(self.s_axis.tlast),
-            tx_fifo.w_data.eq(tx_in),
-            tx_fifo.w_en.eq(self.s_axis.tvalid),
-            self.s_axis.tready.eq(tx_fifo.w_rdy),
+            tx_fifo.i.payload.data.eq(self.s_axis.tdata),
+            tx_fifo.i.payload.keep.eq(self.s_axis.tkeep),
+            tx_fifo.i.payload.last.eq(self.s_axis.tlast),
+            tx_fifo.i.valid.eq(self.s_axis.tvalid),
+            self.s_axis.tready.eq(tx_fifo.i.ready),
         ]
         serializer = ByteSerializer(self.data_width)
         # With the ICRC appended after the ring, the ring's frames are four octets shorter on the wire.
@@ -168,11 +167,7 @@ class EthernetPort(wiring.Component):
         m.submodules.serializer = to_tx(serializer)
         m.submodules.tx_buffer = to_tx(tx_buffer)
         m.submodules.tx_mac = to_tx(tx_mac)
-        m.d.comb += [
-            serializer.i.payload.eq(tx_fifo.r_data),
-            serializer.i.valid.eq(tx_fifo.r_rdy),
-            tx_fifo.r_en.eq(serializer.i.ready),
-        ]
+        wiring.connect(m, tx_fifo.o, serializer.i)
         # Short FIFOs on the octet streams keep the ready chains short: their write side's ready is a
         # register, so neither the core-side FIFO nor a ring's read pipeline waits on the other side.
         m.submodules.tx_octets = tx_octets = to_tx(
@@ -213,24 +208,25 @@ class EthernetPort(wiring.Component):
             # In front of the short FIFO, whose write side's ready is a register: the checker's ready does
             # not lengthen the packer's ready chain (ECPIX-5, 2026-12-06: 134 MHz behind the FIFO).
             m.submodules.icrc_checker = checker = to_rx(IcrcChecker())
-            wiring.connect(m, rx_buffer.o, checker.i)
+            # And a register slice behind the ring: its read pipeline shifts on its consumer's ready,
+            # which was the checker's (Colorlight, 2026-12-07: 12.7 ns, the RX clock's critical path).
+            m.submodules.rx_slice = rx_slice = to_rx(SkidBuffer(ByteLayout()))
+            wiring.connect(m, rx_buffer.o, rx_slice.i)
+            wiring.connect(m, rx_slice.o, checker.i)
             self._connect_fifo(m, checker.o, rx_octets, packer.i)
         else:
             self._connect_fifo(m, rx_buffer.o, rx_octets, packer.i)
-        m.submodules.rx_fifo = rx_fifo = fifo.AsyncFIFOBuffered(
-            width=rx_beat.size, depth=self.cdc_depth + 1, w_domain=rx, r_domain=core
+        m.submodules.rx_fifo = rx_fifo = ClockCrossingFifo(
+            rx_beat, self.cdc_depth, w_domain=rx, r_domain=core
         )
-        rx_out = Signal(rx_beat)
+        wiring.connect(m, packer.o, rx_fifo.i)
+        rx_out = rx_fifo.o.payload
         m.d.comb += [
-            rx_fifo.w_data.eq(packer.o.payload),
-            rx_fifo.w_en.eq(packer.o.valid),
-            packer.o.ready.eq(rx_fifo.w_rdy),
-            rx_out.eq(rx_fifo.r_data),
             self.m_axis.tdata.eq(rx_out.data),
             self.m_axis.tkeep.eq(rx_out.keep),
             self.m_axis.tlast.eq(rx_out.last),
-            self.m_axis.tvalid.eq(rx_fifo.r_rdy),
-            rx_fifo.r_en.eq(self.m_axis.tready),
+            self.m_axis.tvalid.eq(rx_fifo.o.valid),
+            rx_fifo.o.ready.eq(self.m_axis.tready),
         ]
         if self.icrc:
             m.d.comb += self.m_axis.tuser.eq(rx_out.user)
