@@ -60,17 +60,23 @@ class ClockCrossingFifo(wiring.Component):
     """Stream ``i`` in domain ``w_domain``, stream ``o`` in ``r_domain``, in order and whole.
 
     Parameters: ``shape`` (the payload), ``depth`` (words in the RAM: a power of two, at least 2),
-    ``w_domain`` / ``r_domain`` (clock domain names).
+    ``w_domain`` / ``r_domain`` (clock domain names), ``ram_register`` (a flip-flop stage between the
+    RAM's output and the output stage, for a fast read clock: an ECP5 block RAM's clock-to-output is
+    about 6 ns, and the RAM may sit far from the reader; the read side then moves at most two words
+    every three cycles, as the output stage's two places are shared by one more word in flight).
 
-    Latency from a word taken on ``i`` to the same word on ``o``: the write pointer's register, two
-    synchronizer stages and the binary register (read clocks after the write clock), then the fetch, the
-    RAM and the output register: about one write cycle and six read cycles.
+    Latency from a word taken on ``i`` to the same word on ``o``: the write pointer's register and two
+    synchronizer stages (read clocks after the write clock), then the fetch, the RAM (and its register)
+    and the output register: one write cycle and four read cycles (five).
+
+    Throughput: a word every cycle of the slower clock if ``depth`` covers the pointers' round trip
+    (about eight cycles with equal clocks), less with ``ram_register``.
     """
 
-    def __init__(self, shape, depth: int, *, w_domain: str, r_domain: str):
+    def __init__(self, shape, depth: int, *, w_domain: str, r_domain: str, ram_register: bool = False):
         if depth < 2 or depth & (depth - 1):
             raise ValueError(f"depth must be a power of two of at least 2, not {depth}")
-        self.shape, self.depth = shape, depth
+        self.shape, self.depth, self.ram_register = shape, depth, ram_register
         self.w_domain, self.r_domain = w_domain, r_domain
         super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
 
@@ -119,6 +125,14 @@ class ClockCrossingFifo(wiring.Component):
         m.submodules.consume_cdc = FFSynchronizer(consume_gray, consume_gray_w, o_domain=w)
 
         in_ram = Signal(reset_less=True)  # the RAM's output this cycle is a fetched word
+        # Where fetched words come from into the output stage: the RAM, or the register behind it.
+        if self.ram_register:
+            arriving = Signal(reset_less=True)
+            arriving_word = Signal(self.shape, reset_less=True)
+            m.d[r] += arriving_word.eq(r_port.data)
+        else:
+            arriving, arriving_word = in_ram, r_port.data
+        in_flight = in_ram + arriving if self.ram_register else in_ram
         main_valid = Signal(reset_less=True)
         skid_valid = Signal(reset_less=True)
         skid = Signal(self.shape, reset_less=True)
@@ -131,9 +145,9 @@ class ClockCrossingFifo(wiring.Component):
             self.o.valid.eq(main_valid),
             self.o.payload.eq(main),
             take.eq(main_valid & self.o.ready),
-            # The word fetched now lands a cycle later, after the one in the RAM's output (if any): the
-            # output stage's two places must hold them both, less the one taken now.
-            fetch.eq((produce_gray_r != consume_gray) & (in_ram + main_valid + skid_valid - take <= 1)),
+            # The word fetched now lands after those in flight: the output stage's two places must hold
+            # them all, less the one taken now.
+            fetch.eq((produce_gray_r != consume_gray) & (in_flight + main_valid + skid_valid - take <= 1)),
         ]
 
         # The write domain's reset, on the read side: three stages, so that when it ends the write
@@ -149,6 +163,7 @@ class ClockCrossingFifo(wiring.Component):
                 consume.eq(0),
                 consume_gray.eq(0),
                 in_ram.eq(0),
+                arriving.eq(0),  # (``in_ram`` itself without ``ram_register``)
                 main_valid.eq(0),
                 skid_valid.eq(0),
             ]
@@ -158,14 +173,16 @@ class ClockCrossingFifo(wiring.Component):
                 consume_gray.eq(_gray_encode((consume + fetch)[:bits])),
                 in_ram.eq(fetch),
             ]
+            if self.ram_register:
+                m.d[r] += arriving.eq(in_ram)
             # The output stage: a two-word queue whose head is ``main``.
             with m.If(~main_valid | take):
                 with m.If(skid_valid):
                     m.d[r] += [main.eq(skid), skid_valid.eq(0)]
-                    with m.If(in_ram):
-                        m.d[r] += [skid.eq(r_port.data), skid_valid.eq(1)]
+                    with m.If(arriving):
+                        m.d[r] += [skid.eq(arriving_word), skid_valid.eq(1)]
                 with m.Else():
-                    m.d[r] += [main.eq(r_port.data), main_valid.eq(in_ram)]
-            with m.Elif(in_ram):
-                m.d[r] += [skid.eq(r_port.data), skid_valid.eq(1)]
+                    m.d[r] += [main.eq(arriving_word), main_valid.eq(arriving)]
+            with m.Elif(arriving):
+                m.d[r] += [skid.eq(arriving_word), skid_valid.eq(1)]
         return m

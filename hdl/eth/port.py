@@ -150,7 +150,12 @@ class EthernetPort(wiring.Component):
         rx_beat = PacketLayout(self.data_width, user_width=int(self.icrc))
 
         # -- TX: core -> tx domain -> octets -> ring -> MAC ---------------------------------------------
-        m.submodules.tx_fifo = tx_fifo = ClockCrossingFifo(beat, self.cdc_depth, w_domain=core, r_domain=tx)
+        # The read side runs at 125 MHz, its RAM may be a block RAM anywhere on the chip: a register behind
+        # it. That costs a third of the read rate, which the serializer (a beat every ``data_width``
+        # octets) does not need unless the beats are single octets.
+        m.submodules.tx_fifo = tx_fifo = ClockCrossingFifo(
+            beat, self.cdc_depth, w_domain=core, r_domain=tx, ram_register=self.data_width > 1
+        )
         m.d.comb += [
             tx_fifo.i.payload.data.eq(self.s_axis.tdata),
             tx_fifo.i.payload.keep.eq(self.s_axis.tkeep),

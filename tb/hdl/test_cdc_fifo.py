@@ -33,10 +33,10 @@ def new_rng(label):
     return random.Random(seed)
 
 
-def make(depth=8, w_ns=8.0, r_ns=32.0):
+def make(depth=8, w_ns=8.0, r_ns=32.0, ram_register=False):
     """The queue between domains ``w`` and ``r`` with clock periods ``w_ns`` and ``r_ns``, and its
     simulator (the read clock starts a third of a period late, so the edges never coincide)."""
-    dut = ClockCrossingFifo(WIDTH, depth, w_domain="w", r_domain="r")
+    dut = ClockCrossingFifo(WIDTH, depth, w_domain="w", r_domain="r", ram_register=ram_register)
     top = Module()
     top.domains.w = cd_w = ClockDomain("w")
     top.domains.r = cd_r = ClockDomain("r")
@@ -53,10 +53,11 @@ def test_depth_must_be_a_power_of_two():
             ClockCrossingFifo(8, depth, w_domain="a", r_domain="b")
 
 
+@pytest.mark.parametrize("ram_register", [False, True])
 @pytest.mark.parametrize("w_ns, r_ns", [(8.0, 32.0), (32.0, 8.0), (8.0, 8.24)])
-def test_words_arrive_in_order_with_random_stalls(w_ns, r_ns):
+def test_words_arrive_in_order_with_random_stalls(w_ns, r_ns, ram_register):
     rng = new_rng(f"cdc order {w_ns}/{r_ns} ns")
-    dut, sim, _, _ = make(depth=8, w_ns=w_ns, r_ns=r_ns)
+    dut, sim, _, _ = make(depth=8, w_ns=w_ns, r_ns=r_ns, ram_register=ram_register)
     words = [rng.randrange(1 << WIDTH) for _ in range(600)]
     got = []
 
@@ -83,11 +84,15 @@ def test_words_arrive_in_order_with_random_stalls(w_ns, r_ns):
     assert got == words
 
 
-@pytest.mark.parametrize("w_ns, r_ns, per", [(8.0, 32.0, "r"), (32.0, 8.0, "w"), (8.0, 8.0, "r")])
-def test_always_ready_sides_move_a_word_every_cycle_of_the_slower_clock(w_ns, r_ns, per):
+@pytest.mark.parametrize(
+    "w_ns, r_ns, per, ram_register",
+    [(8.0, 32.0, "r", False), (32.0, 8.0, "w", False), (8.0, 8.0, "r", False), (8.0, 8.0, "r", True)],
+)
+def test_always_ready_sides_move_a_word_every_cycle_of_the_slower_clock(w_ns, r_ns, per, ram_register):
+    """Without ``ram_register``; with it, two words every three read cycles."""
     # As many words as the ports' queues: more than the pointers' round trip (eight cycles with equal
     # clocks), which bounds the throughput of a smaller queue.
-    dut, sim, _, _ = make(depth=16, w_ns=w_ns, r_ns=r_ns)
+    dut, sim, _, _ = make(depth=16, w_ns=w_ns, r_ns=r_ns, ram_register=ram_register)
     count = 200
     r_cycles = []
 
@@ -114,12 +119,14 @@ def test_always_ready_sides_move_a_word_every_cycle_of_the_slower_clock(w_ns, r_
     sim.run()
     span = r_cycles[-1] - r_cycles[0]  # read cycles from the first word to the last
     ideal = (count - 1) * (1 if per == "r" else round(w_ns / r_ns))
+    if ram_register:
+        ideal = (count - 1) * 3 // 2
     assert span <= ideal + 2, f"{count} words took {span} read cycles after the first, ideal {ideal}"
 
 
-@pytest.mark.parametrize("depth", [2, 8])
-def test_a_stalled_reader_lets_in_exactly_depth_plus_two_words(depth):
-    dut, sim, _, _ = make(depth=depth, w_ns=8.0, r_ns=11.0)
+@pytest.mark.parametrize("depth, ram_register", [(2, False), (8, False), (8, True)])
+def test_a_stalled_reader_lets_in_exactly_depth_plus_two_words(depth, ram_register):
+    dut, sim, _, _ = make(depth=depth, w_ns=8.0, r_ns=11.0, ram_register=ram_register)
     accepted = []
 
     async def writer(ctx):
@@ -161,10 +168,12 @@ def test_a_stalled_reader_lets_in_exactly_depth_plus_two_words(depth):
     sim.run()
 
 
-@pytest.mark.parametrize("w_ns, r_ns", [(8.0, 32.0), (32.0, 8.0), (8.0, 9.0)])
-def test_the_write_domains_reset_empties_the_queue(w_ns, r_ns):
+@pytest.mark.parametrize(
+    "w_ns, r_ns, ram_register", [(8.0, 32.0, False), (32.0, 8.0, True), (8.0, 9.0, False)]
+)
+def test_the_write_domains_reset_empties_the_queue(w_ns, r_ns, ram_register):
     rng = new_rng(f"cdc write reset {w_ns}/{r_ns} ns")
-    dut, sim, cd_w, _ = make(depth=8, w_ns=w_ns, r_ns=r_ns)
+    dut, sim, cd_w, _ = make(depth=8, w_ns=w_ns, r_ns=r_ns, ram_register=ram_register)
     before = list(range(1, 40))  # words written before the reset: 1..39, some of them lost
     after = list(range(1000, 1100))
     got = []
@@ -206,9 +215,10 @@ def test_the_write_domains_reset_empties_the_queue(w_ns, r_ns):
     assert got[len(old) :] == after
 
 
-def test_the_read_domains_reset_alone_loses_nothing():
+@pytest.mark.parametrize("ram_register", [False, True])
+def test_the_read_domains_reset_alone_loses_nothing(ram_register):
     rng = new_rng("cdc read reset")
-    dut, sim, _, cd_r = make(depth=8, w_ns=8.0, r_ns=12.0)
+    dut, sim, _, cd_r = make(depth=8, w_ns=8.0, r_ns=12.0, ram_register=ram_register)
     words = list(range(300))
     got = []
 
