@@ -95,16 +95,16 @@ UTILISATION = {
 
 def clock_domain(net: str) -> str:
     """The clock domain a nextpnr clock net drives. Yosys keeps one of each clock's names: the board's
-    core clock (``board.clk``) or the PLL output (``clk_os``); the MACs' transmit clock
-    (``board.phy0.eth_tx_clk``, ``clk_op``); a port's receive clock (``board.phy<p>.eth_rx<p>_clk``, or
-    the pin, ``eth_rgmii_pins_<p>__rx_clk``)."""
+    core clock (``board.clk``, a block's ``clk`` port such as ``board.host_memory.clk``, or the PLL
+    output, ``clk_os``); the MACs' transmit clock (``board.phy0.eth_tx_clk``, ``clk_op``); a port's
+    receive clock (``board.phy<p>.eth_rx<p>_clk``, or the pin, ``eth_rgmii_pins_<p>__rx_clk``)."""
     name = net.removeprefix("$glbnet$")
     found = re.search(r"eth_rx(\d+)_clk|eth_rgmii_pins_(\d+)__rx_clk", name)
     if found:
         return f"eth_rx{found.group(1) or found.group(2)}"
     if "eth_tx_clk" in name or "clk_op" in name:
         return "eth_tx"
-    if name in ("clk", "board.clk") or "clk_os" in name:
+    if name == "clk" or name.endswith(".clk") or "clk_os" in name:
         return "core"
     return net
 
