@@ -9,18 +9,17 @@ met"). Here both flags and the address are registers, at the price of a few cycl
 
 Pointers cross the domains in Gray code (Clifford E. Cummings, "Simulation and Synthesis Techniques for
 Asynchronous FIFO Design", SNUG 2002, style #2), one bit more than the RAM's address so that full and
-empty differ. Each side publishes its pointer a cycle after it moves: the write side only after the
-word is in the RAM, the read side only after the RAM has read it.
+empty differ. Each side's Gray register moves in the same cycle as its pointer: with the RAM write
+(the read side sees it two cycles later, when the word is long in the RAM) and with the RAM read (whose
+address register has already taken the word's address).
 
 ::
 
-    w domain                                  │ r domain
-    i ─► RAM write (addr = produce) ──────────┼─► RAM read (addr = consume, every cycle)
-    produce ─► Gray ─► register ──────────────┼─► 2 FFs ─► binary ─► register ─┐   │
-    i.ready ◄ register ◄ level ◄ binary ◄ 2 FFs ◄┼── register ◄ Gray ◄ consume  ◄┤   ▼
-                                              │     fetch ◄─ there is a word ◄─┘  RAM data
-                                              │                                  ▼
-                                              │              main ◄─ skid ◄───────┴─ o (valid = main's)
+    w domain                                     │ r domain
+    i ─► RAM write (addr = produce) ─────────────┼─► RAM read (addr = consume, every cycle)
+    produce ─► Gray register ────────────────────┼─► 2 FFs ─► fetch? (Gray compare, room)
+    i.ready ◄ register ◄ level ◄ binary ◄ 2 FFs ◄┼── Gray register ◄ consume
+                                                 │   RAM data [─► register] ─► main / skid ─► o
 
 Read side: a word is fetched (the read address moves on) when one is in the RAM and the output stage
 will have room for it when it arrives a cycle later. The output stage holds two words (the one offered
@@ -175,7 +174,8 @@ class ClockCrossingFifo(wiring.Component):
             ]
             if self.ram_register:
                 m.d[r] += arriving.eq(in_ram)
-            # The output stage: a two-word queue whose head is ``main``.
+            # The output stage: a two-word queue whose head is ``main`` (a SkidBuffer's two places, kept
+            # here because only the write domain's reset, not the read domain's, may clear them).
             with m.If(~main_valid | take):
                 with m.If(skid_valid):
                     m.d[r] += [main.eq(skid), skid_valid.eq(0)]

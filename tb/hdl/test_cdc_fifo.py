@@ -47,6 +47,13 @@ def make(depth=8, w_ns=8.0, r_ns=32.0, ram_register=False):
     return dut, sim, cd_w, cd_r
 
 
+async def put(ctx, dut, word):
+    """Offer ``word`` on ``i`` until the queue takes it (valid stays high for the caller to drop)."""
+    ctx.set(dut.i.payload, word)
+    ctx.set(dut.i.valid, 1)
+    await ctx.tick("w").until(dut.i.ready)
+
+
 def test_depth_must_be_a_power_of_two():
     for depth in (0, 1, 3, 12):
         with pytest.raises(ValueError, match="power of two"):
@@ -66,9 +73,7 @@ def test_words_arrive_in_order_with_random_stalls(w_ns, r_ns, ram_register):
             # Bursts and pauses: some stretches fill the queue, some drain it.
             while rng.random() < (0.6 if len(got) % 200 < 100 else 0.05):
                 await ctx.tick("w")
-            ctx.set(dut.i.payload, word)
-            ctx.set(dut.i.valid, 1)
-            await ctx.tick("w").until(dut.i.ready)
+            await put(ctx, dut, word)
             ctx.set(dut.i.valid, 0)
 
     async def reader(ctx):
@@ -181,9 +186,7 @@ def test_the_write_domains_reset_empties_the_queue(w_ns, r_ns, ram_register):
 
     async def writer(ctx):
         for word in before:
-            ctx.set(dut.i.payload, word)
-            ctx.set(dut.i.valid, 1)
-            await ctx.tick("w").until(dut.i.ready)
+            await put(ctx, dut, word)
         # Hold the last one on the input through the reset: it is not taken.
         ctx.set(cd_w.rst, 1)
         phase["reset"] = True
@@ -194,9 +197,7 @@ def test_the_write_domains_reset_empties_the_queue(w_ns, r_ns, ram_register):
             while rng.random() < 0.2:
                 ctx.set(dut.i.valid, 0)
                 await ctx.tick("w")
-            ctx.set(dut.i.payload, word)
-            ctx.set(dut.i.valid, 1)
-            await ctx.tick("w").until(dut.i.ready)
+            await put(ctx, dut, word)
         ctx.set(dut.i.valid, 0)
 
     async def reader(ctx):
@@ -224,9 +225,7 @@ def test_the_read_domains_reset_alone_loses_nothing(ram_register):
 
     async def writer(ctx):
         for word in words:
-            ctx.set(dut.i.payload, word)
-            ctx.set(dut.i.valid, 1)
-            await ctx.tick("w").until(dut.i.ready)
+            await put(ctx, dut, word)
         ctx.set(dut.i.valid, 0)
 
     async def reader(ctx):
