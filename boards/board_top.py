@@ -62,6 +62,8 @@ class BoardSpec:
 
 
 # The Colorlight's LUT-RAM memories that go to block RAM, with the DP16KD each takes (36 bits a word).
+# Not the TX plane-order queue: its read data goes straight into the plane demux's ready/valid logic, and a
+# block RAM's 5.8 ns clock-to-output began the core clock's critical path (2026-12-07, docs/boards.md).
 COLORLIGHT_BLOCK_RAM = (
     "*.rx.engine.completion_fence.storage",  # 3
     "*.rx.engine.ack_fence.storage",  # 3
@@ -70,7 +72,6 @@ COLORLIGHT_BLOCK_RAM = (
     "*.rx.buffer.records.storage",  # 1
     "*.rx.writer.w_queue.storage",  # 1
     "*.rx.writer.b_queue.storage",  # 1
-    "*.tx.plane_order.storage",  # 1
     "*.tx_fifo.storage",  # 2 in each port: the clock-domain crossing towards the MAC
 )
 

@@ -43,12 +43,13 @@ from ..icrc import (
     SKIP_SRV6,
     SRH_EXT_LEN_AT,
 )
+from ..skid_buffer import SkidBuffer
 from .frame import ByteLayout
 
 __all__ = ["ICRC_BYTES", "IcrcAppender", "IcrcChecker", "OctetIcrc"]
 
 ICRC_BYTES = 4
-INDEX_BITS = 12  # octet index, saturating: past every coverage start (62 + 8 * 255 = 2102)
+INDEX_BITS = 12  # octets to the coverage start: up to 62 + 8 * 255 - 56 = 2046
 
 
 class OctetIcrc(wiring.Component):
@@ -59,6 +60,12 @@ class OctetIcrc(wiring.Component):
     raw CRC register after this octet, when it is covered), ``register`` (Out: the register after the
     octets taken so far; after a frame's last octet it holds the frame's final register until the next
     frame's first octet is taken).
+
+    Everything the coverage rule asks of an octet's position (is it the frame's first, octet 20, octet
+    55, the coverage start, a masked field) is a flag register set when the octet before it is taken,
+    so a taken octet meets only one or two LUTs and then the CRC network: in the MAC's domains ``valid``
+    comes from the MAC's ready, late in the cycle (Colorlight 5A-75B, 2026-12-07: 15.3 ns from the ready
+    through the coverage comparators into the registers' enables, docs/boards.md).
     """
 
     def __init__(self):
@@ -77,27 +84,31 @@ class OctetIcrc(wiring.Component):
         m = Module()
         masks = dict(ICRC_MASKED_OFFSETS)
         plain_from = max(masks) + 1  # covered offsets from here on are plain data
+        position_end = SRH_EXT_LEN_AT + 1  # no flag depends on a later index
 
-        index = Signal(INDEX_BITS)  # this octet's index in the frame (saturating)
-        start = Signal(INDEX_BITS, init=SKIP_SINGLE)  # where the coverage (re)starts
-        waiting = Signal(init=1)  # the coverage starts at `start`, later in the frame
-        srh = Signal()  # a Routing header follows the first IPv6 header: `start` comes with octet 55
-        covering = Signal()  # the coverage has started and runs on
+        # The octet's index in the frame, saturating past the last octet a flag needs.
+        index = Signal(range(position_end + 1))
+        # Flags about the octet on ``data``, set when the one before it was taken.
+        first = Signal(init=1)  # index 0
+        at_next_header = Signal()  # index NEXT_HEADER_AT
+        at_ext_len = Signal()  # index SRH_EXT_LEN_AT
+        waiting = Signal(init=1)  # the coverage starts later, `to_start` octets after this one
+        to_start = Signal(INDEX_BITS, init=SKIP_SINGLE)
+        srh = Signal()  # a Routing header follows the first IPv6 header: `to_start` comes with octet 55
+        covered = Signal()  # this octet is in the coverage (unless its Next Header restarts it)
         offset = Signal(range(plain_from + 1))  # this octet's covered offset (saturating; 0 until covered)
+        at = {o: Signal(name=f"at_offset_{o}", init=o == 0) for o in masks}  # offset == o
 
-        covered = Signal()
-        m.d.comb += covered.eq(covering | (waiting & (index == start)))
-
-        # The register holds the prefix's value (init and eight 0xFF octets) from each frame's first octet
-        # until the coverage starts, and again when it restarts, so no multiplexer sits in front of the
-        # CRC network. The octet fed to it has the variant fields forced to ones.
-        at = {o: offset == o for o in masks}
         # The Next Header (octet 20) says the covered IPv6 header comes later: stop and start again there.
         restart = Signal()
         next_header_is = {value: self.data == value for value in (IPPROTO_IPV6, IPPROTO_ROUTING)}
         m.d.comb += restart.eq(
-            (index == NEXT_HEADER_AT) & (next_header_is[IPPROTO_IPV6] | next_header_is[IPPROTO_ROUTING])
+            at_next_header & (next_header_is[IPPROTO_IPV6] | next_header_is[IPPROTO_ROUTING])
         )
+
+        # The register holds the prefix's value (init and eight 0xFF octets) from each frame's first octet
+        # until the coverage starts, and again when it restarts, so no multiplexer sits in front of the
+        # CRC network. The octet fed to it has the variant fields forced to ones.
         crc_octet = Signal(8)
         for bit in range(8):
             force = [at[o] for o, or_mask in masks.items() if or_mask >> bit & 1]
@@ -110,39 +121,58 @@ class OctetIcrc(wiring.Component):
         ]
 
         # One load condition and one enable: the register maps onto the flip-flops' set/reset and enable.
-        with m.If(self.valid & ((index == 0) | restart)):
+        with m.If(self.valid & (first | restart)):
             m.d.sync += self.register.eq(ICRC_PREFIX_REGISTER)
         with m.Elif(self.valid & covered):
             m.d.sync += self.register.eq(self.stepped)
 
+        # The next octet's flags. Each is what its comparison would give on the next octet's position:
+        # the index and offset advance by one, `to_start` counts down to the coverage start.
+        def advance_offset(new_offset_is):
+            for o, flag in at.items():
+                m.d.sync += flag.eq(new_offset_is(o))
+
         with m.If(self.valid):
-            m.d.sync += index.eq(Mux(index.all(), index, index + 1))
+            m.d.sync += [
+                index.eq(Mux(index == position_end, index, index + 1)),
+                first.eq(0),
+                at_next_header.eq(index == NEXT_HEADER_AT - 1),
+                at_ext_len.eq(index == SRH_EXT_LEN_AT - 1),
+                to_start.eq(to_start - 1),
+            ]
             with m.If(covered):
                 m.d.sync += [
-                    covering.eq(1),
                     waiting.eq(0),
                     offset.eq(Mux(offset == plain_from, offset, offset + 1)),
                 ]
+                advance_offset(lambda o: (offset == o - 1) if o > 0 else 0)
+            with m.Else():
+                m.d.sync += covered.eq(waiting & (to_start == 1))
             # Later assignments win: a restart stops the coverage begun at 14 ...
             with m.If(restart):
-                m.d.sync += [covering.eq(0), waiting.eq(1), offset.eq(0)]
+                m.d.sync += [covered.eq(0), waiting.eq(1), offset.eq(0)]
+                advance_offset(lambda o: o == 0)
                 with m.If(next_header_is[IPPROTO_IPV6]):
-                    m.d.sync += start.eq(SKIP_SRV6)
+                    m.d.sync += to_start.eq(SKIP_SRV6 - (NEXT_HEADER_AT + 1))
                 with m.Else():
-                    # No index reaches this start before octet 55 replaces it.
-                    m.d.sync += [srh.eq(1), start.eq((1 << INDEX_BITS) - 1)]
-            with m.If(srh & (index == SRH_EXT_LEN_AT)):
-                m.d.sync += start.eq(SKIP_SRH_BASE + (self.data << 3))
+                    # No octet reaches this start before octet 55 replaces it.
+                    m.d.sync += [srh.eq(1), to_start.eq(0)]
+            with m.If(srh & at_ext_len):
+                m.d.sync += to_start.eq(SKIP_SRH_BASE - (SRH_EXT_LEN_AT + 1) + (self.data << 3))
             # ... and the end of a frame, last, sets up the next one whatever its final octet said.
             with m.If(self.last):
                 m.d.sync += [
                     index.eq(0),
-                    start.eq(SKIP_SINGLE),
+                    first.eq(1),
+                    at_next_header.eq(0),
+                    at_ext_len.eq(0),
+                    to_start.eq(SKIP_SINGLE),
                     waiting.eq(1),
                     srh.eq(0),
-                    covering.eq(0),
+                    covered.eq(0),
                     offset.eq(0),
                 ]
+                advance_offset(lambda o: o == 0)
         return m
 
 
@@ -150,7 +180,8 @@ class IcrcAppender(wiring.Component):
     """Members: ``i`` (In, stream of :class:`~mrcnic.hdl.eth.frame.ByteLayout`: frames without ICRC),
     ``o`` (Out, the same frames with their ICRC). ``o`` runs one octet per cycle while ``i`` does and
     ``o`` is ready: a frame's ICRC octets follow its last octet in the next four cycles, during which
-    ``i`` waits."""
+    ``i`` waits. ``o`` comes from a register slice (:class:`~mrcnic.hdl.skid_buffer.SkidBuffer`), so the
+    MAC's ready meets a register and not the engine: an octet leaves the cycle after it was taken."""
 
     def __init__(self):
         super().__init__({"i": In(stream.Signature(ByteLayout())), "o": Out(stream.Signature(ByteLayout()))})
@@ -158,16 +189,18 @@ class IcrcAppender(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.icrc = icrc = OctetIcrc()
+        m.submodules.out = out = SkidBuffer(ByteLayout())
+        wiring.connect(m, out.o, wiring.flipped(self.o))
         left = Signal(range(ICRC_BYTES + 1))  # ICRC octets still to send
         # The frame's final register stays in the engine while its ICRC octets go out.
         icrc_le = ~icrc.register  # the ICRC, least significant octet first on the wire
 
         with m.If(left == 0):
-            take = self.i.valid & self.o.ready
+            take = self.i.valid & out.i.ready
             m.d.comb += [
-                self.o.valid.eq(self.i.valid),
-                self.o.payload.data.eq(self.i.payload.data),
-                self.i.ready.eq(self.o.ready),
+                out.i.valid.eq(self.i.valid),
+                out.i.payload.data.eq(self.i.payload.data),
+                self.i.ready.eq(out.i.ready),
                 icrc.valid.eq(take),
                 icrc.data.eq(self.i.payload.data),
                 icrc.last.eq(self.i.payload.last),
@@ -176,11 +209,11 @@ class IcrcAppender(wiring.Component):
                 m.d.sync += left.eq(ICRC_BYTES)
         with m.Else():
             m.d.comb += [
-                self.o.valid.eq(1),
-                self.o.payload.data.eq(icrc_le.word_select((ICRC_BYTES - left).as_unsigned()[:2], 8)),
-                self.o.payload.last.eq(left == 1),
+                out.i.valid.eq(1),
+                out.i.payload.data.eq(icrc_le.word_select((ICRC_BYTES - left).as_unsigned()[:2], 8)),
+                out.i.payload.last.eq(left == 1),
             ]
-            with m.If(self.o.ready):
+            with m.If(out.i.ready):
                 m.d.sync += left.eq(left - 1)
         return m
 
