@@ -92,8 +92,8 @@ class OctetIcrc(wiring.Component):
         first = Signal(init=1)  # index 0
         at_next_header = Signal()  # index NEXT_HEADER_AT
         at_ext_len = Signal()  # index SRH_EXT_LEN_AT
-        waiting = Signal(init=1)  # the coverage starts later, `to_start` octets after this one
-        to_start = Signal(INDEX_BITS, init=SKIP_SINGLE)
+        waiting = Signal(init=1)  # the coverage has not started (or starts again later)
+        to_start = Signal(INDEX_BITS, init=SKIP_SINGLE)  # coverage start - this octet's index, when waiting
         srh = Signal()  # a Routing header follows the first IPv6 header: `to_start` comes with octet 55
         covered = Signal()  # this octet is in the coverage (unless its Next Header restarts it)
         offset = Signal(range(plain_from + 1))  # this octet's covered offset (saturating; 0 until covered)
@@ -155,7 +155,7 @@ class OctetIcrc(wiring.Component):
                 with m.If(next_header_is[IPPROTO_IPV6]):
                     m.d.sync += to_start.eq(SKIP_SRV6 - (NEXT_HEADER_AT + 1))
                 with m.Else():
-                    # No octet reaches this start before octet 55 replaces it.
+                    # Counting down from 0 wraps to 4095: octet 55 replaces it long before it reaches 1.
                     m.d.sync += [srh.eq(1), to_start.eq(0)]
             with m.If(srh & at_ext_len):
                 m.d.sync += to_start.eq(SKIP_SRH_BASE - (SRH_EXT_LEN_AT + 1) + (self.data << 3))
