@@ -92,8 +92,9 @@ class OctetIcrc(wiring.Component):
         first = Signal(init=1)  # index 0
         at_next_header = Signal()  # index NEXT_HEADER_AT
         at_ext_len = Signal()  # index SRH_EXT_LEN_AT
-        waiting = Signal(init=1)  # the coverage has not started (or starts again later)
-        to_start = Signal(INDEX_BITS, init=SKIP_SINGLE)  # coverage start - this octet's index, when waiting
+        # Coverage start - this octet's index, while the octet is not covered (then the coverage has not
+        # started, or starts again later: once it has started, only a restart or a frame's end stop it).
+        to_start = Signal(INDEX_BITS, init=SKIP_SINGLE)
         srh = Signal()  # a Routing header follows the first IPv6 header: `to_start` comes with octet 55
         covered = Signal()  # this octet is in the coverage (unless its Next Header restarts it)
         offset = Signal(range(plain_from + 1))  # this octet's covered offset (saturating; 0 until covered)
@@ -141,16 +142,13 @@ class OctetIcrc(wiring.Component):
                 to_start.eq(to_start - 1),
             ]
             with m.If(covered):
-                m.d.sync += [
-                    waiting.eq(0),
-                    offset.eq(Mux(offset == plain_from, offset, offset + 1)),
-                ]
+                m.d.sync += offset.eq(Mux(offset == plain_from, offset, offset + 1))
                 advance_offset(lambda o: (offset == o - 1) if o > 0 else 0)
             with m.Else():
-                m.d.sync += covered.eq(waiting & (to_start == 1))
+                m.d.sync += covered.eq(to_start == 1)
             # Later assignments win: a restart stops the coverage begun at 14 ...
             with m.If(restart):
-                m.d.sync += [covered.eq(0), waiting.eq(1), offset.eq(0)]
+                m.d.sync += [covered.eq(0), offset.eq(0)]
                 advance_offset(lambda o: o == 0)
                 with m.If(next_header_is[IPPROTO_IPV6]):
                     m.d.sync += to_start.eq(SKIP_SRV6 - (NEXT_HEADER_AT + 1))
@@ -167,7 +165,6 @@ class OctetIcrc(wiring.Component):
                     at_next_header.eq(0),
                     at_ext_len.eq(0),
                     to_start.eq(SKIP_SINGLE),
-                    waiting.eq(1),
                     srh.eq(0),
                     covered.eq(0),
                     offset.eq(0),
