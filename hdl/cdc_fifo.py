@@ -17,13 +17,17 @@ address register has already taken the word's address).
 
     w domain                                     │ r domain
     i ─► RAM write (addr = produce) ─────────────┼─► RAM read (addr = consume, every cycle)
-    produce ─► Gray register ────────────────────┼─► 2 FFs ─► fetch? (Gray compare, room)
+    produce ─► Gray register ────────────────────┼─► 2 FFs ─► Gray compare ─► register ─► fetch?
     i.ready ◄ register ◄ level ◄ binary ◄ 2 FFs ◄┼── Gray register ◄ consume
                                                  │   RAM data [─► register] ─► main / skid ─► o
 
 Read side: a word is fetched (the read address moves on) when one is in the RAM and the output stage
-will have room for it when it arrives a cycle later. The output stage holds two words (the one offered
-on ``o`` and a skid), so a reader that is always ready gets a word every cycle.
+will have room for it when it arrives a cycle later. The fetch decision is one LUT level behind the
+reader's ready and registers: "a word is in the RAM" is a register, kept a cycle ahead from both
+possible next read pointers (themselves registers: the pointer's increment is computed before it is
+needed), and the room is a test of the output stage's flags without an adder. The output stage holds
+two words (the one offered on ``o`` and a skid), so a reader that is always ready gets a word every
+cycle.
 
 Capacity: ``depth`` words in the RAM and two in the output stage.
 
@@ -36,7 +40,7 @@ state has no reset of its own: a reset of the read domain alone keeps the words 
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Mux, ResetSignal, Signal
+from amaranth import Cat, Const, Module, Mux, ResetSignal, Signal
 from amaranth.lib import memory, stream, wiring
 from amaranth.lib.cdc import AsyncFFSynchronizer, FFSynchronizer
 from amaranth.lib.wiring import In, Out
@@ -65,11 +69,12 @@ class ClockCrossingFifo(wiring.Component):
     every three cycles, as the output stage's two places are shared by one more word in flight).
 
     Latency from a word taken on ``i`` to the same word on ``o``: the write pointer's register and two
-    synchronizer stages (read clocks after the write clock), then the fetch, the RAM (and its register)
-    and the output register: one write cycle and four read cycles (five).
+    synchronizer stages (read clocks after the write clock), the "word in the RAM" register, then the
+    fetch, the RAM (and its register) and the output register: one write cycle and five read cycles
+    (six).
 
     Throughput: a word every cycle of the slower clock if ``depth`` covers the pointers' round trip
-    (about eight cycles with equal clocks), less with ``ram_register``.
+    (about nine cycles with equal clocks), less with ``ram_register``.
     """
 
     def __init__(self, shape, depth: int, *, w_domain: str, r_domain: str, ram_register: bool = False):
@@ -131,22 +136,32 @@ class ClockCrossingFifo(wiring.Component):
             m.d[r] += arriving_word.eq(r_port.data)
         else:
             arriving, arriving_word = in_ram, r_port.data
-        in_flight = in_ram + arriving if self.ram_register else in_ram
         main_valid = Signal(reset_less=True)
         skid_valid = Signal(reset_less=True)
         skid = Signal(self.shape, reset_less=True)
         main = Signal(self.shape, reset_less=True)
         take = Signal()
         fetch = Signal()
+        # The fetch decision meets only the reader's ready: everything else it needs is a register or one
+        # LUT behind registers (no pointer comparison or adder after ``o.ready``).
+        # ``unfetched``: the RAM holds a word not yet fetched. Kept a cycle ahead from the synchronised
+        # write pointer and both next read pointers, so it may lag a new word by a cycle, never lead.
+        unfetched = Signal(reset_less=True)
+        consume_next = Signal(bits, reset_less=True)  # consume + 1, and its Gray code
+        consume_gray_next = Signal(bits, reset_less=True)
+        # The words the output stage will hold (those in flight, main, skid) must fit its two places, less
+        # the one taken now. They never exceed two, so a take always leaves room; without one, at most
+        # one may be held. Tested without an adder.
+        held = [in_ram, main_valid, skid_valid] + ([arriving] if self.ram_register else [])
+        at_most_one = Signal()
         m.d.comb += [
             r_port.addr.eq(consume[:-1]),
             r_port.en.eq(1),
             self.o.valid.eq(main_valid),
             self.o.payload.eq(main),
             take.eq(main_valid & self.o.ready),
-            # The word fetched now lands after those in flight: the output stage's two places must hold
-            # them all, less the one taken now.
-            fetch.eq((produce_gray_r != consume_gray) & (in_flight + main_valid + skid_valid - take <= 1)),
+            at_most_one.eq(~Cat(*(a & b for k, a in enumerate(held) for b in held[k + 1 :])).any()),
+            fetch.eq(unfetched & (take | at_most_one)),
         ]
 
         # The write domain's reset, on the read side: three stages, so that when it ends the write
@@ -161,6 +176,9 @@ class ClockCrossingFifo(wiring.Component):
             m.d[r] += [
                 consume.eq(0),
                 consume_gray.eq(0),
+                consume_next.eq(1),
+                consume_gray_next.eq(_gray_encode(Const(1, bits))),
+                unfetched.eq(0),
                 in_ram.eq(0),
                 arriving.eq(0),  # (``in_ram`` itself without ``ram_register``)
                 main_valid.eq(0),
@@ -168,10 +186,18 @@ class ClockCrossingFifo(wiring.Component):
             ]
         with m.Else():
             m.d[r] += [
-                consume.eq(consume + fetch),
-                consume_gray.eq(_gray_encode((consume + fetch)[:bits])),
                 in_ram.eq(fetch),
             ]
+            with m.If(fetch):
+                m.d[r] += [
+                    consume.eq(consume_next),
+                    consume_gray.eq(consume_gray_next),
+                    consume_next.eq(consume_next + 1),
+                    consume_gray_next.eq(_gray_encode((consume_next + 1)[:bits])),
+                    unfetched.eq(produce_gray_r != consume_gray_next),
+                ]
+            with m.Else():
+                m.d[r] += unfetched.eq(produce_gray_r != consume_gray)
             if self.ram_register:
                 m.d[r] += arriving.eq(in_ram)
             # The output stage: a two-word queue whose head is ``main`` (a SkidBuffer's two places, kept
