@@ -77,7 +77,10 @@ def test_words_arrive_in_order_with_random_stalls(w_ns, r_ns, ram_register):
             ctx.set(dut.i.valid, 0)
 
     async def reader(ctx):
-        while len(got) < len(words):
+        # Bounded, so a queue that loses a word fails the comparison below instead of waiting forever.
+        for _ in range(20 * len(words)):
+            if len(got) == len(words):
+                break
             ctx.set(dut.o.ready, rng.random() < (0.3 if len(got) % 150 < 75 else 0.95))
             *_, valid, ready, payload = await ctx.tick("r").sample(dut.o.valid, dut.o.ready, dut.o.payload)
             if valid and ready:
@@ -95,7 +98,7 @@ def test_words_arrive_in_order_with_random_stalls(w_ns, r_ns, ram_register):
 )
 def test_always_ready_sides_move_a_word_every_cycle_of_the_slower_clock(w_ns, r_ns, per, ram_register):
     """Without ``ram_register``; with it, two words every three read cycles."""
-    # As many words as the ports' queues: more than the pointers' round trip (eight cycles with equal
+    # As many words as the ports' queues: more than the pointers' round trip (nine cycles with equal
     # clocks), which bounds the throughput of a smaller queue.
     dut, sim, _, _ = make(depth=16, w_ns=w_ns, r_ns=r_ns, ram_register=ram_register)
     count = 200
