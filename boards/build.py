@@ -236,11 +236,12 @@ def build_board(
     routing stopped converging with the one before (the report's ``seeds_tried`` lists them).
     ``place_seeds``: place with each of these seeds and route only the placement whose worst clock
     estimate is best (:mod:`mrcnic.boards.place_best`; the report's ``placement_seeds``); None: the
-    board's ``place_seeds``, an empty list: one placement with ``seed``.
+    board's ``place_seeds`` (none when ``seed`` is given), an empty list: one placement per seed.
     ``router``: nextpnr's (None: the board's); ``timing_driven``: nextpnr's timing-driven placement
     (None: the board's ``timing_driven_placement``); ``route_patience``: router2 iterations without progress
     before the build stops it (0: never)."""
-    place_seeds = list(BOARDS[board].place_seeds if place_seeds is None else place_seeds)
+    if place_seeds is None:  # the board's, unless a seed was asked for
+        place_seeds = [] if seed is not None else list(BOARDS[board].place_seeds)
     if place_seeds:  # the placements choose the seed; routing it again with another would not help
         seeds = [place_seeds[0]]
     else:

