@@ -252,12 +252,16 @@ class EthernetPort(wiring.Component):
             tx_record.length.eq(tx_mac.status.payload.length),
             tx_status.w_data.eq(tx_record),
             tx_status.w_en.eq(tx_mac.status.valid | tx_buffer.dropped),
-            # Drops wait for room and leave one entry for the MAC, whose records cannot wait.
-            tx_buffer.drop_ok.eq(tx_status.w_level < STATUS_DEPTH - 1),
             counters.tx_status.payload.eq(tx_status.r_data),
             counters.tx_status.valid.eq(tx_status.r_rdy),
             tx_status.r_en.eq(1),
         ]
+
+        # Drops wait for room and leave one entry for the MAC, whose records cannot wait (a record carries
+        # both, so a drop and a MAC record in one cycle are one write). A register, so the TX buffer's
+        # ready starts at flip-flops: it sees the level of two cycles before (``w_level`` is a register
+        # that leaves out the write of its cycle), after which at most two more records were written.
+        m.d[tx] += tx_buffer.drop_ok.eq(tx_status.w_level < STATUS_DEPTH - 3)
 
         m.submodules.rx_status_fifo = rx_status = fifo.AsyncFIFO(
             width=RxStatusLayout().size, depth=STATUS_DEPTH, w_domain=rx, r_domain=core

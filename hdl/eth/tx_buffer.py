@@ -8,12 +8,15 @@ Members (one clock domain, the TX MAC's):
 
 * ``i``: In(stream of :data:`SerialByteLayout`): octets of frames from the core, as the byte serializer
   (:class:`~mrcnic.hdl.eth.width.ByteSerializer`) emits them: ``{data, last, empty}``; a beat with
-  ``empty`` carries no octet and only ends the frame (with ``last``). ``ready`` is low only while the
-  ring is full and the beat brings an octet to store.
+  ``empty`` carries no octet and only ends the frame (with ``last``). A taken beat waits a cycle in an
+  input stage, where what it does to the ring is decided; ``ready`` depends only on that stage's
+  registers, the ring's room (a register) and ``drop_ok``, and is low while the staged beat waits for
+  room in the ring (an octet to store) or for ``drop_ok`` (a drop).
 * ``o``: Out(stream of :class:`~mrcnic.hdl.eth.frame.ByteLayout`): whole frames, each back to back.
-* ``dropped``: Out(1), a one-cycle pulse per frame from the core that is not sent: an empty frame, or
-  one longer than ``max_frame - 4`` octets (it could never be sent; keeping it would also block the
-  buffer forever if it exceeded the buffer). A dropped frame's octets are consumed and thrown away.
+* ``dropped``: Out(1), a one-cycle pulse per frame from the core that is not sent (in a cycle when
+  ``drop_ok`` is high): an empty frame, or one longer than ``max_frame - 4`` octets (it could never be
+  sent; keeping it would also block the buffer forever if it exceeded the buffer). A dropped frame's
+  octets are consumed and thrown away.
 * ``drop_ok``: In(1), the pulse can be recorded now (room in the status FIFO); the beat that would
   raise ``dropped`` waits while it is low, so no drop goes uncounted.
 
@@ -64,46 +67,78 @@ class TxBuffer(wiring.Component):
         wiring.connect(m, ring.r, wiring.flipped(self.o))
 
         limit = self.max_frame - FCS_BYTES
-        length = Signal(range(limit + 1))  # octets of the frame in progress stored so far
+        length = Signal(range(limit + 1))  # octets of the frame in progress taken so far
         at_limit = Signal()  # length == limit, as a register
-        # length != 0, as a register: the ready logic then starts at flip-flops, not at a 13-bit compare
-        # (that compare was the head of the MAC transmit clock's critical path, docs/boards.md).
-        started = Signal()
+        started = Signal()  # length != 0, as a register
         dropping = Signal()  # the frame in progress is too long: swallow the rest of it
-        beat = self.i.payload
-        take = Signal()
-        m.d.comb += take.eq(self.i.valid & self.i.ready)
-        m.d.comb += [ring.w_data.eq(beat.data), ring.w_last.eq(beat.last)]
-        m.d.sync += self.dropped.eq(0)
 
-        with m.If(dropping):
-            m.d.comb += self.i.ready.eq(~beat.last | self.drop_ok)
-            with m.If(take & beat.last):
-                m.d.sync += [dropping.eq(0), self.dropped.eq(1)]
-        with m.Elif(beat.empty):
-            m.d.comb += self.i.ready.eq(~beat.last | started | self.drop_ok)
-            with m.If(take & beat.last):
-                m.d.sync += [length.eq(0), at_limit.eq(0), started.eq(0)]
-                with m.If(~started):
-                    m.d.sync += self.dropped.eq(1)
-                with m.Else():
-                    m.d.comb += [ring.w_mark_last.eq(1), ring.w_commit.eq(1)]
-        with m.Elif(at_limit):
-            # One octet more than the longest frame that can be sent.
-            m.d.comb += self.i.ready.eq(~beat.last | self.drop_ok)
-            with m.If(take):
-                m.d.comb += ring.w_discard.eq(1)
-                m.d.sync += [length.eq(0), at_limit.eq(0), started.eq(0)]
+        # The input stage: the beat taken last, with what it does to the ring, decided when it was taken.
+        # The ring's controls are then a LUT or two behind flip-flops, and the input's ready depends on
+        # registers only (before, ready decoded the beat and the write controls followed from it: ten
+        # LUT levels from the status FIFO's level to a block RAM's write enable, the ECPIX-5's transmit
+        # clock's critical path, 2026-12-07).
+        staged = Signal()
+        staged_data = Signal(8)
+        staged_last = Signal()
+        append = Signal()  # store the octet (needs room)
+        commit = Signal()  # the frame is complete: make it readable
+        mark = Signal()  # the frame ended in an empty beat: flag the octet stored last as its end
+        discard = Signal()  # the frame is too long: drop what is stored of it
+        drop = Signal()  # a frame is not sent: count it (needs ``drop_ok``)
+
+        go = Signal()  # the staged beat's action happens this cycle
+        m.d.comb += [
+            go.eq((~append | ring.w_room) & (~drop | self.drop_ok)),
+            self.i.ready.eq(~staged | go),
+            ring.w_data.eq(staged_data),
+            ring.w_last.eq(staged_last),
+            ring.w_en.eq(staged & append),  # the ring appends only with room
+            ring.w_commit.eq(staged & commit & go),
+            ring.w_mark_last.eq(staged & mark),
+            ring.w_discard.eq(staged & discard & go),
+            self.dropped.eq(staged & drop & go),
+        ]
+        with m.If(go):
+            m.d.sync += staged.eq(0)
+
+        beat = self.i.payload
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += [
+                staged.eq(1),
+                staged_data.eq(beat.data),
+                staged_last.eq(beat.last),
+                append.eq(0),
+                commit.eq(0),
+                mark.eq(0),
+                discard.eq(0),
+                drop.eq(0),
+            ]
+            end_frame = [length.eq(0), at_limit.eq(0), started.eq(0)]
+            with m.If(dropping):
                 with m.If(beat.last):
-                    m.d.sync += self.dropped.eq(1)
+                    m.d.sync += [dropping.eq(0), drop.eq(1)]
+            with m.Elif(beat.empty):
+                with m.If(beat.last):
+                    m.d.sync += end_frame
+                    with m.If(started):
+                        m.d.sync += [mark.eq(1), commit.eq(1)]
+                    with m.Else():
+                        m.d.sync += drop.eq(1)  # an empty frame
+            with m.Elif(at_limit):
+                # One octet more than the longest frame that can be sent.
+                m.d.sync += [discard.eq(1), *end_frame]
+                with m.If(beat.last):
+                    m.d.sync += drop.eq(1)
                 with m.Else():
                     m.d.sync += dropping.eq(1)
-        with m.Else():
-            m.d.comb += [self.i.ready.eq(ring.w_room), ring.w_en.eq(self.i.valid)]
-            with m.If(take):
-                m.d.sync += [length.eq(length + 1), at_limit.eq(length == limit - 1), started.eq(1)]
+            with m.Else():
+                m.d.sync += [
+                    append.eq(1),
+                    length.eq(length + 1),
+                    at_limit.eq(length == limit - 1),
+                    started.eq(1),
+                ]
                 with m.If(beat.last):
-                    m.d.comb += ring.w_commit.eq(1)
-                    m.d.sync += [length.eq(0), at_limit.eq(0), started.eq(0)]
+                    m.d.sync += [commit.eq(1), *end_frame]
 
         return m

@@ -6,8 +6,8 @@ simulator.
   ``w_mark_last``), read with random stalls or continuously; the reader gets exactly the committed
   frames, and a committed frame read continuously never has a gap; the ring fills up completely.
 * TX buffer: frames of every length around the limit, empty frames, frames whose end comes in an empty
-  beat, random backpressure from the MAC side and random ``drop_ok``; the frames out and the drops are
-  exactly the reference's.
+  beat, random backpressure from the MAC side (half the frames read slowly, so the ring fills) and random
+  ``drop_ok``; the frames out and the drops are exactly the reference's, each drop while ``drop_ok``.
 * RX buffer: MAC beats at line rate with random outcomes while the reader stalls for long stretches; the
   statuses are the MAC's outcomes, good frames become ``OVERFLOW`` only while the ring is short of room,
   and the frames out are exactly the good ones, whole.
@@ -139,14 +139,18 @@ def test_tx_buffer():
             await ctx.tick()
 
     async def drop_monitor(ctx):
-        async for _, _, dropped in ctx.tick().sample(dut.dropped):
+        async for _, _, dropped, drop_ok in ctx.tick().sample(dut.dropped, dut.drop_ok):
             if dropped:
+                assert drop_ok, "a drop counted while drop_ok was low"
                 drops.append(True)
 
     received = []
 
     async def sink(ctx):
-        await read_frames(ctx, dut.o, len(expected), rng, out=received)
+        # Half the frames read slowly, so the ring fills and the writer waits for room with an octet staged.
+        half = len(expected) // 2
+        await read_frames(ctx, dut.o, half, rng, stall=0.8, continuous=0.2, out=received)
+        await read_frames(ctx, dut.o, len(expected) - half, rng, out=received)
 
     # A deadline (over ten times the cycles the frames need), so a buffer that stops taking input fails.
     run(dut, source, sink, processes=[drop_gate, drop_monitor], name="tx_buffer", deadline=1e-3)
