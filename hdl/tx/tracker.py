@@ -339,10 +339,26 @@ class TxTracker(wiring.Component):
                 r = rrec
                 live = sv & in_range(sq, spsn) & ~err.bit_select(sq, 1)
                 infl_ = r.state == TrackState.IN_FLIGHT
-                by_rule = (
-                    infl_ & rack_ok.bit_select(sq, 1) & ~later(r.send_time + self.reorder_cycles, rack[sq])
+                # Both rules compare the record's send time with a value computed from registers while the
+                # records RAM is read, so one carry chain follows the RAM's output (the sums before were
+                # two chains in series after it: the core clock's critical path on the Colorlight).
+                # Time rule: send_time + Δ <= rack_time  <=>  send_time <= rack_time - Δ, serially.
+                rack_edge = Signal(32)
+                # Timeout: (now - send_time) mod 2^32 >= rto_cycles. With edge = (now - rto) mod 2^32: a
+                # send time not after now must be at most the edge (and now >= rto); one after now (now
+                # has wrapped since) must be at most the edge if now < rto, and always times out if not.
+                rto_edge = Signal(32)
+                rto_wraps = Signal()  # now < rto_cycles
+                m.d.comb += [
+                    rack_edge.eq(rack[sq] - self.reorder_cycles),
+                    rto_edge.eq(self.now - self.rto_cycles),
+                    rto_wraps.eq(self.now < self.rto_cycles),
+                ]
+                by_rule = infl_ & rack_ok.bit_select(sq, 1) & ~later(r.send_time, rack_edge)
+                within_edge = r.send_time <= rto_edge
+                by_rto = infl_ & Mux(
+                    r.send_time <= self.now, ~rto_wraps & within_edge, ~rto_wraps | within_edge
                 )
-                by_rto = infl_ & ((self.now - r.send_time)[:32] >= self.rto_cycles)
                 ask = (r.state == TrackState.QUEUED) & ~r.req
                 act = live & (by_rule | by_rto | ask)
                 m.d.comb += self.idle.eq(~pending & ~act)

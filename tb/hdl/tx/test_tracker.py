@@ -386,6 +386,31 @@ def test_retry_budget_error():
     h.run(body)
 
 
+def test_timeout_across_time_wrap():
+    """``now`` wraps past 2^32 while packets are in flight: the timeout counts the elapsed time modulo
+    2^32, before ``now`` reaches rto_cycles after the wrap and after it."""
+    h = Harness(qps=1, seed=5, rto=800, reorder=150)
+
+    async def body(h):
+        await h.advance((1 << 32) - 300)
+        await h.configure(0, 1)
+        await h.send(0, 1, slot=0, ev=1, length=64)  # sent at 2^32 - 300
+        await h.advance(100)
+        await h.send(0, 2, slot=0, ev=1, length=64)  # sent at 2^32 - 200
+        await h.advance(250)  # now 50: 350 and 250 cycles in flight
+        await h.send(0, 3, slot=0, ev=1, length=64)  # sent at 50
+        assert h.ctx.get(h.dut.stat_timeouts) == 0
+        await h.advance(460)  # now 510, below rto_cycles: PSN 1 has been in flight 810 cycles
+        assert h.got["retransmit"] == [(0, 1, 0)]
+        await h.advance(320)  # now 830: PSN 2, sent "after" now, has been in flight 1,030 cycles, PSN 3 780
+        assert h.got["retransmit"] == [(0, 1, 0), (0, 2, 0)]
+        await h.advance(20)  # now 850: PSN 3, 800 cycles
+        assert h.got["retransmit"] == [(0, 1, 0), (0, 2, 0), (0, 3, 0)]
+        assert h.ctx.get(h.dut.stat_timeouts) == 3
+
+    h.run(body)
+
+
 def test_stale_nack_counted():
     h = Harness(qps=1, seed=3)
 
@@ -454,8 +479,12 @@ def test_path_event_attribution():
 # random sequences
 
 
-@pytest.mark.parametrize("qps, window, steps, budget", [(2, 64, 260, 1), (3, 64, 160, 7)])
-def test_random_against_reference(qps, window, steps, budget):
+# The second run starts 5,000 cycles before ``now`` wraps, so the timeout rule sees send times from
+# both sides of the wrap.
+@pytest.mark.parametrize(
+    "qps, window, steps, budget, start", [(2, 64, 260, 1, 0), (3, 64, 160, 7, (1 << 32) - 5000)]
+)
+def test_random_against_reference(qps, window, steps, budget, start):
     seed = _seed()
     rng = random.Random(seed)
     h = Harness(qps=qps, window=window, seed=seed, budget=budget, rto=800, reorder=150)
@@ -463,6 +492,8 @@ def test_random_against_reference(qps, window, steps, budget):
 
     async def body(h):
         ref = h.ref
+        if start:
+            await h.advance(start)
         rcv = {}  # per QP: receiver cack, received set, EV of each delivery
         for q in range(qps):
             ip = (M24 - rng.randrange(40)) if q % 2 == 0 else rng.randrange(1 << 24)
