@@ -285,8 +285,9 @@ class TxTracker(wiring.Component):
             c = getattr(self, f"stat_{name}")
             m.d.sync += c.eq(c + 1)
 
-        def request(qp, psn, r, waddr):
-            """Retransmit request for QUEUED record r, or QP error when its budget is spent."""
+        def request(qp, psn, r, waddr, *, write=True):
+            """Retransmit request for QUEUED record r, or QP error when its budget is spent. ``write``:
+            the request marks the record (``req``) here; without it the caller writes the record."""
             with m.If(r.rtx_count >= self.retry_budget):
                 with m.If(~err.bit_select(qp, 1)):
                     m.d.sync += err.bit_select(qp, 1).eq(1)
@@ -295,9 +296,10 @@ class TxTracker(wiring.Component):
             with m.Else():
                 o_rtx.load(m, qp=qp, psn=psn, avoid_slot=r.slot)
                 bump("retransmit_requests")
-                nr = Signal(rec_l)
-                m.d.comb += [nr.eq(r), nr.state.eq(TrackState.QUEUED), nr.req.eq(1)]
-                m.d.comb += [wr.addr.eq(waddr), wr.data.eq(nr), wr.en.eq(1)]
+                if write:
+                    nr = Signal(rec_l)
+                    m.d.comb += [nr.eq(r), nr.state.eq(TrackState.QUEUED), nr.req.eq(1)]
+                    m.d.comb += [wr.addr.eq(waddr), wr.data.eq(nr), wr.en.eq(1)]
 
         cfg, snt, fb = self.configure, self.sent, self.feedback
         s = Signal(sent_layout(Q, self.ev_slots))
@@ -364,6 +366,19 @@ class TxTracker(wiring.Component):
                 m.d.comb += self.idle.eq(~pending & ~act)
                 nsp = Signal.like(sp)
                 m.d.comb += nsp.eq(Mux(sp == Q * W - 1, 0, sp + 1))
+                # The only record this state writes is the scanned one, declared lost or given its
+                # request; its address, data and the next read address do not depend on ``act``, which
+                # comes late (after the records RAM and a comparison), so ``act`` only enables the write.
+                lost = Signal(rec_l)  # QUEUED, with a request unless its retransmission budget is spent
+                nxt_sp = Mux(sv, nsp, sp)
+                m.d.comb += [
+                    lost.eq(r),
+                    lost.state.eq(TrackState.QUEUED),
+                    lost.req.eq(r.req | (r.rtx_count < self.retry_budget)),
+                    wr.addr.eq(sp),
+                    wr.data.eq(lost),
+                    rd.addr.eq(nxt_sp),  # read again after any other branch (which clears ``sv``)
+                ]
                 # ``sent`` produces no output, so it is taken even while an output waits: the TX pipeline
                 # that feeds it is also what drains ``retransmit`` (no deadlock between the two).
                 with m.If(cfg.valid & ~pending):
@@ -401,15 +416,10 @@ class TxTracker(wiring.Component):
                             bump("lost_time_rule")
                         with m.Else():
                             bump("timeouts")
-                    request(sq, spsn, r, sp)
-                    with m.If(r.rtx_count >= self.retry_budget):
-                        # no request: still the entry is QUEUED (lost) and left for good
-                        nr = Signal(rec_l)
-                        m.d.comb += [nr.eq(r), nr.state.eq(TrackState.QUEUED)]
-                        m.d.comb += [wr.addr.eq(sp), wr.data.eq(nr), wr.en.eq(1)]
+                    # Without a request (budget spent) the entry is still QUEUED (lost), left for good.
+                    request(sq, spsn, r, sp, write=False)
+                    m.d.comb += wr.en.eq(1)
                 with m.Else():
-                    nxt_sp = Mux(sv, nsp, sp)
-                    m.d.comb += rd.addr.eq(nxt_sp)
                     m.d.sync += [sp.eq(nxt_sp), sv.eq(1)]
 
             with m.State("SENT"):
