@@ -218,8 +218,8 @@ class IcrcAppender(wiring.Component):
 class IcrcChecker(wiring.Component):
     """Members: ``i`` (In, stream of :class:`~mrcnic.hdl.eth.frame.ByteLayout`: frames with their ICRC),
     ``o`` (Out, ``ByteLayout(user_width=1)``: the same octets; on a frame's last one, ``user`` = the
-    ICRC is good). One register stage: an octet is on ``o`` the cycle after ``i`` took it, and ``i`` takes
-    one every cycle while ``o`` is ready."""
+    ICRC is good). Two register stages: an octet is on ``o`` two cycles after ``i`` took it, and ``i``
+    takes one every cycle while ``o`` is ready."""
 
     def __init__(self):
         super().__init__(
@@ -229,28 +229,39 @@ class IcrcChecker(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.icrc = icrc = OctetIcrc()
-        # The octet waits a cycle, so its verdict compares the engine's register (flip-flops) with the
-        # residue instead of the CRC network's output: the network is not duplicated for the compare.
+        # Stage 1 holds the octet taken last while the engine's register holds the CRC after it; stage 2
+        # (the output) gets the octet with its verdict, the register compared with the residue. The
+        # verdict is then a register too: the compare's three LUT levels do not reach the octet FIFO
+        # behind (the Versa's receive clock's critical path at 9ce037f, mostly routing). Comparing the
+        # register, not the CRC network's output, also keeps the network from being duplicated.
         held = Signal()
+        held_data = Signal(8)
+        held_last = Signal()
         held_covered = Signal()
+        advance = Signal()  # both stages move on
         take = Signal()
         m.d.comb += [
-            self.i.ready.eq(~held | self.o.ready),
+            advance.eq(~self.o.valid | self.o.ready),
+            self.i.ready.eq(~held | advance),
             take.eq(self.i.valid & self.i.ready),
             icrc.valid.eq(take),
             icrc.data.eq(self.i.payload.data),
             icrc.last.eq(self.i.payload.last),
-            self.o.valid.eq(held),
-            # Only the last octet's value matters; it is the frame's verdict.
-            self.o.payload.user.eq(held_covered & (icrc.register == ICRC_RESIDUE_REGISTER)),
         ]
+        with m.If(advance):
+            m.d.sync += [
+                self.o.valid.eq(held),
+                self.o.payload.data.eq(held_data),
+                self.o.payload.last.eq(held_last),
+                # Only the last octet's value matters; it is the frame's verdict.
+                self.o.payload.user.eq(held_covered & (icrc.register == ICRC_RESIDUE_REGISTER)),
+                held.eq(0),
+            ]
         with m.If(take):
             m.d.sync += [
                 held.eq(1),
+                held_data.eq(self.i.payload.data),
+                held_last.eq(self.i.payload.last),
                 held_covered.eq(icrc.covered),
-                self.o.payload.data.eq(self.i.payload.data),
-                self.o.payload.last.eq(self.i.payload.last),
             ]
-        with m.Elif(self.o.ready):
-            m.d.sync += held.eq(0)
         return m

@@ -159,3 +159,31 @@ def test_checker_verdicts(stall=0.3):
 
     run(dut, source, sink, name=f"icrc_checker_{stall}", deadline=5e-3)
     assert received == expected
+
+
+def test_checker_line_rate():
+    """An octet every cycle in, an octet every cycle out, frames back to back, each with its verdict."""
+    rng = new_rng("icrc checker rate")
+    frames = [random_write(rng, k % 2 == 0, payload_max=100).encode() for k in range(6)]
+    frames[3] = frames[3][:-1] + bytes([frames[3][-1] ^ 1])  # one bad ICRC
+    dut = IcrcChecker()
+    total = sum(len(raw) for raw in frames)
+    out = []
+
+    async def source(ctx):
+        for octet, last in octets_of(frames):
+            await stream_put(ctx, dut.i, {"data": octet, "last": last})
+
+    async def sink(ctx):
+        ctx.set(dut.o.ready, 1)
+        cycle = 0
+        while len(out) < total:
+            *_, valid, payload = await ctx.tick().sample(dut.o.valid, dut.o.payload)
+            if valid:
+                out.append((cycle, payload.data, payload.last, payload.user))
+            cycle += 1
+
+    run(dut, source, sink, name="icrc_checker_rate", deadline=1e-3)
+    assert [c for c, *_ in out] == list(range(out[0][0], out[0][0] + total))
+    assert bytes(d for _, d, *_ in out) == b"".join(frames)
+    assert [u for *_, last, u in out if last] == [1, 1, 1, 0, 1, 1]
