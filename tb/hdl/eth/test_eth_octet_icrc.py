@@ -100,13 +100,10 @@ def test_appender_matches_scapy():
         assert sent[-4:] == IPv6(sent[14:])[BTH].compute_icrc(None)
 
 
-def test_appender_line_rate():
-    """An octet every cycle: a frame of n octets without ICRC leaves in n + 4 cycles, frames back to back."""
-    rng = new_rng("icrc appender rate")
-    frames = [random_write(rng, k % 2 == 0, payload_max=100).encode()[:-4] for k in range(6)]
-    dut = IcrcAppender()
-    total = sum(len(raw) + 4 for raw in frames)
-    valid_cycles = []
+def stream_at_line_rate(dut, frames, total, name):
+    """Feed ``frames`` an octet per cycle with the output always ready; the first ``total`` octets out,
+    each as (cycle, payload)."""
+    out = []
 
     async def source(ctx):
         for octet, last in octets_of(frames):
@@ -115,14 +112,23 @@ def test_appender_line_rate():
     async def sink(ctx):
         ctx.set(dut.o.ready, 1)
         cycle = 0
-        while len(valid_cycles) < total:
-            *_, valid = await ctx.tick().sample(dut.o.valid)
+        while len(out) < total:
+            *_, valid, payload = await ctx.tick().sample(dut.o.valid, dut.o.payload)
             if valid:
-                valid_cycles.append(cycle)
+                out.append((cycle, payload))
             cycle += 1
 
-    run(dut, source, sink, name="icrc_appender_rate", deadline=1e-3)
-    assert valid_cycles == list(range(valid_cycles[0], valid_cycles[0] + total))
+    run(dut, source, sink, name=name, deadline=1e-3)
+    return out
+
+
+def test_appender_line_rate():
+    """An octet every cycle: a frame of n octets without ICRC leaves in n + 4 cycles, frames back to back."""
+    rng = new_rng("icrc appender rate")
+    frames = [random_write(rng, k % 2 == 0, payload_max=100).encode()[:-4] for k in range(6)]
+    total = sum(len(raw) + 4 for raw in frames)
+    cycles = [c for c, _ in stream_at_line_rate(IcrcAppender(), frames, total, "icrc_appender_rate")]
+    assert cycles == list(range(cycles[0], cycles[0] + total))
 
 
 def test_checker_verdicts(stall=0.3):
@@ -166,24 +172,8 @@ def test_checker_line_rate():
     rng = new_rng("icrc checker rate")
     frames = [random_write(rng, k % 2 == 0, payload_max=100).encode() for k in range(6)]
     frames[3] = frames[3][:-1] + bytes([frames[3][-1] ^ 1])  # one bad ICRC
-    dut = IcrcChecker()
     total = sum(len(raw) for raw in frames)
-    out = []
-
-    async def source(ctx):
-        for octet, last in octets_of(frames):
-            await stream_put(ctx, dut.i, {"data": octet, "last": last})
-
-    async def sink(ctx):
-        ctx.set(dut.o.ready, 1)
-        cycle = 0
-        while len(out) < total:
-            *_, valid, payload = await ctx.tick().sample(dut.o.valid, dut.o.payload)
-            if valid:
-                out.append((cycle, payload.data, payload.last, payload.user))
-            cycle += 1
-
-    run(dut, source, sink, name="icrc_checker_rate", deadline=1e-3)
-    assert [c for c, *_ in out] == list(range(out[0][0], out[0][0] + total))
-    assert bytes(d for _, d, *_ in out) == b"".join(frames)
-    assert [u for *_, last, u in out if last] == [1, 1, 1, 0, 1, 1]
+    out = stream_at_line_rate(IcrcChecker(), frames, total, "icrc_checker_rate")
+    assert [c for c, _ in out] == list(range(out[0][0], out[0][0] + total))
+    assert bytes(p.data for _, p in out) == b"".join(frames)
+    assert [p.user for _, p in out if p.last] == [1, 1, 1, 0, 1, 1]
