@@ -73,13 +73,18 @@ class RxMac(wiring.Component):
         held = Signal(range(HOLD + 1))
         # Octets after the SFD so far, FCS included; saturates just above max_frame.
         count = Signal(range(self.max_frame + 2))
+        # count <= max_frame and count < MIN_FRAME as registers, updated with the count: the output's
+        # enable and the verdict then start at flip-flops, not at the count's comparators (the
+        # Colorlight's receive clock's critical path at 776f3d4, docs/boards.md).
+        within = Signal(init=1)
+        short = Signal(init=1)
         crc = Signal(32)
         error = Signal()
 
         m.d.sync += self.o.valid.eq(0)
 
         def start_frame():
-            m.d.sync += [crc.eq(0xFFFFFFFF), count.eq(0), held.eq(0), error.eq(0)]
+            m.d.sync += [crc.eq(0xFFFFFFFF), count.eq(0), within.eq(1), short.eq(1), held.eq(0), error.eq(0)]
 
         with m.FSM():
             with m.State("IDLE"):
@@ -113,12 +118,16 @@ class RxMac(wiring.Component):
                         hold[HOLD - 1].eq(d),
                     ]
                     m.d.sync += [hold[k].eq(hold[k + 1]) for k in range(HOLD - 1)]
-                    with m.If(count <= self.max_frame):
-                        m.d.sync += count.eq(count + 1)
+                    with m.If(within):
+                        m.d.sync += [
+                            count.eq(count + 1),
+                            within.eq(count != self.max_frame),
+                            short.eq(count < MIN_FRAME - 1),
+                        ]
                     with m.If(held < HOLD):
                         m.d.sync += held.eq(held + 1)
                     # The oldest octet is now known not to be FCS; past max_frame, stop emitting.
-                    with m.Elif(count <= self.max_frame):
+                    with m.Elif(within):
                         m.d.sync += [
                             self.o.valid.eq(1),
                             self.o.payload.data.eq(hold[0]),
@@ -128,9 +137,9 @@ class RxMac(wiring.Component):
                     outcome = Signal(RxOutcome)
                     with m.If(error):
                         m.d.comb += outcome.eq(RxOutcome.ERROR)
-                    with m.Elif(count > self.max_frame):
+                    with m.Elif(~within):
                         m.d.comb += outcome.eq(RxOutcome.OVERSIZE)
-                    with m.Elif(count < MIN_FRAME):
+                    with m.Elif(short):
                         m.d.comb += outcome.eq(RxOutcome.RUNT)
                     with m.Elif(crc != FCS_RESIDUE):
                         m.d.comb += outcome.eq(RxOutcome.BAD_FCS)
