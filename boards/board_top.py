@@ -104,10 +104,11 @@ BOARDS = {
         # The only LED shares its pin with the UART's TX (amaranth-boards' UART on J19): no LEDs.
         platform=Colorlight_5A75B_R70Platform,
         planes=2,
-        # A 4-byte path at 31.25 MHz: 1 Gb/s through the core, half of what the two planes carry. The
-        # placed design reached 29.4 MHz against a 62.5 MHz target and 31.3 against 31.25
-        # (docs/boards.md, "Colorlight 5A-75B: place and route").
-        core_hz=31.25e6,
+        # A 4-byte path at 25 MHz: 0.8 Gb/s through the core (the two planes carry 2). 31.25 MHz was
+        # not met on this nearly full device (routed: 26.3-28.6 MHz); 25 MHz is (27.03 MHz, 776f3d4's
+        # gateware, docs/boards.md "Colorlight 5A-75B: routed, timing not met"). 1 Mbaud is then an
+        # exact UART divisor (25).
+        core_hz=25e6,
         memory_size=1 << 14,
         # PMTU 1024: every frame fits a standard 1500-byte Ethernet MTU (no jumbo frames on the switch),
         # and the NIC's plane FIFOs, frame buffer and the ports' rings need a quarter of the block RAM
