@@ -34,6 +34,7 @@ from mrcnic.toolchain import apply_tool_environment
 
 from .board_top import BOARDS, ETH_HZ, BoardTop, nic_setting
 from .nic_board import board_nic_parameters
+from .place_best import parse_seeds
 
 __all__ = ["RouteStallWatch", "RoutingStalled", "build_board", "clock_domain", "main"]
 
@@ -322,7 +323,7 @@ def _build_with_seed(
         daemon=True,
     )
     watcher.start()
-    nextpnr = os.environ.get("NEXTPNR_ECP5", "nextpnr-ecp5")
+    nextpnr = os.environ.get("NEXTPNR_ECP5", "nextpnr-ecp5")  # the tool environment sets it
     if place_seeds:
         # The build script runs "$NEXTPNR_ECP5": a wrapper that places with each seed and routes the best.
         wrapper = build_dir / "nextpnr_place_best.sh"
@@ -486,12 +487,7 @@ def main(argv=None) -> None:
 
 def _seed_list(text: str) -> list[int]:
     """``--place-seeds``: ``1,2,3``, or ``none`` for a single placement."""
-    if text == "none":
-        return []
-    try:
-        return [int(word) for word in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected seeds separated by commas, or none") from None
+    return [] if text == "none" else parse_seeds(text)
 
 
 if __name__ == "__main__":

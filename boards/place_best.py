@@ -31,7 +31,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Placement", "clock_estimates", "main", "place_and_route_best", "split_options"]
+__all__ = ["Placement", "clock_estimates", "main", "parse_seeds", "place_and_route_best", "split_options"]
 
 # nextpnr options that take a value and that this tool sets itself for the placements or the route.
 _OWN_OPTIONS = ("--seed", "--log", "--report", "--textcfg", "--json", "--write")
@@ -142,7 +142,8 @@ def place_and_route_best(nextpnr: str, seeds: list[int], args: list[str], work_d
     return subprocess.run(final, cwd=work_dir).returncode
 
 
-def _seeds(text: str) -> list[int]:
+def parse_seeds(text: str) -> list[int]:
+    """``1,2,3`` -> ``[1, 2, 3]``: distinct placement seeds (argparse's type for a list of seeds)."""
     try:
         seeds = [int(word) for word in text.split(",")]
     except ValueError:
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m mrcnic.boards.place_best", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--seeds", type=_seeds, required=True, help="placement seeds, e.g. 1,2,3")
+    parser.add_argument("--seeds", type=parse_seeds, required=True, help="placement seeds, e.g. 1,2,3")
     parser.add_argument("--nextpnr", default="nextpnr-ecp5", help="the nextpnr executable")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="-- then nextpnr's options")
     options = parser.parse_args(argv)

@@ -417,6 +417,9 @@ def test_placement_seeds_put_the_place_best_wrapper_in_nextpnrs_place(monkeypatc
     main(["colorlight_5a75b", "--place-seeds", "1,2,3"])
     main(["colorlight_5a75b", "--place-seeds", "none"])
     assert asked == [None, [1, 2, 3], []]
+    for wrong in ("1,x", "2,2"):
+        with pytest.raises(SystemExit):
+            main(["colorlight_5a75b", "--place-seeds", wrong])
 
 
 @pytest.mark.parametrize("board", sorted(b for b, spec in BOARDS.items() if spec.reset_buffer_bel))
