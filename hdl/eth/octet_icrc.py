@@ -53,19 +53,25 @@ INDEX_BITS = 12  # octets to the coverage start: up to 62 + 8 * 255 - 56 = 2046
 
 
 class OctetIcrc(wiring.Component):
-    """The raw ICRC register of a frame, one octet per cycle.
+    """The raw ICRC register of a frame, one octet per cycle, in two stages.
 
-    Members: ``valid``, ``data``, ``last`` (In: an octet of a frame is taken this cycle; ``last`` ends the
-    frame), ``covered`` (Out, combinational: this octet is covered), ``stepped`` (Out, combinational: the
-    raw CRC register after this octet, when it is covered), ``register`` (Out: the register after the
-    octets taken so far; after a frame's last octet it holds the frame's final register until the next
-    frame's first octet is taken).
+    Members: ``valid``, ``data``, ``last`` (In: an octet of a frame is taken this cycle into the input
+    stage; ``last`` ends the frame), ``covered`` (Out, combinational: the octet taken is covered),
+    ``step`` (In: the octet in the input stage, if any, steps the register this cycle and leaves the
+    stage), ``register`` (Out: the register after the octets that have stepped it; after a frame's last
+    octet has, it holds the frame's final register until the next frame's first octet steps).
+
+    An octet may be taken only while the input stage is empty or steps in the same cycle. A user that
+    streams octets through without waiting (the appender) holds ``step`` at 1: the register then follows
+    the octets taken one cycle later. One that moves its own octet stages together (the checker) steps
+    with them, so the register stays that of the octet in its next stage while that stage waits.
 
     Everything the coverage rule asks of an octet's position (is it the frame's first, octet 20, octet
     55, the coverage start, a masked field) is a flag register set when the octet before it is taken,
-    so a taken octet meets only one or two LUTs and then the CRC network: in the MAC's domains ``valid``
-    comes from the MAC's ready, late in the cycle (Colorlight 5A-75B, 2026-12-07: 15.3 ns from the ready
-    through the coverage comparators into the registers' enables, docs/boards.md).
+    and the octet with its variant fields forced to ones, the load and the step decision are registers
+    of the input stage: the CRC network meets flip-flops only (Colorlight 5A-75B, 2026-12-07: 10.05 ns,
+    8.1 of it routing, from an offset flag through the masked octet and the network into the register,
+    docs/boards.md). In the MAC's domains ``valid`` comes from the MAC's ready, late in the cycle.
     """
 
     def __init__(self):
@@ -75,7 +81,7 @@ class OctetIcrc(wiring.Component):
                 "data": In(8),
                 "last": In(1),
                 "covered": Out(1),
-                "stepped": Out(32),
+                "step": In(1),
                 "register": Out(32),
             }
         )
@@ -107,25 +113,34 @@ class OctetIcrc(wiring.Component):
             at_next_header & (next_header_is[IPPROTO_IPV6] | next_header_is[IPPROTO_ROUTING])
         )
 
-        # The register holds the prefix's value (init and eight 0xFF octets) from each frame's first octet
-        # until the coverage starts, and again when it restarts, so no multiplexer sits in front of the
-        # CRC network. The octet fed to it has the variant fields forced to ones.
+        # The input stage: the octet fed to the CRC network (variant fields forced to ones) and what the
+        # octet does to the register. The register holds the prefix's value (init and eight 0xFF octets)
+        # from each frame's first octet until the coverage starts, and again when it restarts, so no
+        # multiplexer sits in front of the CRC network.
         crc_octet = Signal(8)
+        staged_octet = Signal(8)
+        staged_load = Signal()  # the register goes to the prefix's value
+        staged_step = Signal()  # the register steps with `staged_octet`
         for bit in range(8):
             force = [at[o] for o, or_mask in masks.items() if or_mask >> bit & 1]
             m.d.comb += crc_octet[bit].eq(self.data[bit] | Cat(*force).any())
-        m.d.comb += [
-            # An octet whose Next Header restarts the coverage is not covered: the register goes back to
-            # the prefix's value, which is also the CRC residue, so a frame ending there must not pass.
-            self.covered.eq(covered & ~restart),
-            self.stepped.eq(crc32_update(self.register, crc_octet, 1)),
-        ]
+        # An octet whose Next Header restarts the coverage is not covered: the register goes back to the
+        # prefix's value, which is also the CRC residue, so a frame ending there must not pass.
+        m.d.comb += self.covered.eq(covered & ~restart)
+        with m.If(self.step):
+            m.d.sync += [staged_load.eq(0), staged_step.eq(0)]
+        with m.If(self.valid):
+            m.d.sync += [
+                staged_octet.eq(crc_octet),
+                staged_load.eq(first | restart),
+                staged_step.eq(covered),
+            ]
 
         # One load condition and one enable: the register maps onto the flip-flops' set/reset and enable.
-        with m.If(self.valid & (first | restart)):
+        with m.If(self.step & staged_load):
             m.d.sync += self.register.eq(ICRC_PREFIX_REGISTER)
-        with m.Elif(self.valid & covered):
-            m.d.sync += self.register.eq(self.stepped)
+        with m.Elif(self.step & staged_step):
+            m.d.sync += self.register.eq(crc32_update(self.register, staged_octet, 1))
 
         # The next octet's flags. Each is what its comparison would give on the next octet's position:
         # the index and offset advance by one, `to_start` counts down to the coverage start.
@@ -177,8 +192,9 @@ class IcrcAppender(wiring.Component):
     """Members: ``i`` (In, stream of :class:`~mrcnic.hdl.eth.frame.ByteLayout`: frames without ICRC),
     ``o`` (Out, the same frames with their ICRC). ``o`` runs one octet per cycle while ``i`` does and
     ``o`` is ready: a frame's ICRC octets follow its last octet in the next four cycles, during which
-    ``i`` waits. ``o`` comes from a register slice (:class:`~mrcnic.hdl.skid_buffer.SkidBuffer`), so the
-    MAC's ready meets a register and not the engine: an octet leaves the cycle after it was taken."""
+    ``i`` waits. A taken octet waits a cycle in a held stage, while the engine's register catches up
+    with it, and then goes through a register slice (:class:`~mrcnic.hdl.skid_buffer.SkidBuffer`), so
+    the MAC's ready meets a register and not the engine: an octet leaves two cycles after it was taken."""
 
     def __init__(self):
         super().__init__({"i": In(stream.Signature(ByteLayout())), "o": Out(stream.Signature(ByteLayout()))})
@@ -189,37 +205,51 @@ class IcrcAppender(wiring.Component):
         m.submodules.out = out = SkidBuffer(ByteLayout())
         wiring.connect(m, out.o, wiring.flipped(self.o))
         left = Signal(range(ICRC_BYTES + 1))  # ICRC octets still to send
-        # The frame's final register stays in the engine while its ICRC octets go out.
+        held = Signal()
+        held_data = Signal(8)
+        held_last = Signal()
+        take = Signal()
+        # The engine steps with each octet the cycle after it was taken, so its register has the frame's
+        # final value once the last octet has left the held stage; it keeps it while the ICRC octets go
+        # out: the next frame's first octet is taken with the fourth at the earliest.
         icrc_le = ~icrc.register  # the ICRC, least significant octet first on the wire
+        m.d.comb += [
+            icrc.step.eq(1),
+            take.eq(self.i.valid & self.i.ready),
+            icrc.valid.eq(take),
+            icrc.data.eq(self.i.payload.data),
+            icrc.last.eq(self.i.payload.last),
+        ]
 
         with m.If(left == 0):
-            take = self.i.valid & out.i.ready
             m.d.comb += [
-                out.i.valid.eq(self.i.valid),
-                out.i.payload.data.eq(self.i.payload.data),
-                self.i.ready.eq(out.i.ready),
-                icrc.valid.eq(take),
-                icrc.data.eq(self.i.payload.data),
-                icrc.last.eq(self.i.payload.last),
+                out.i.valid.eq(held),
+                out.i.payload.data.eq(held_data),
+                self.i.ready.eq(~held | (out.i.ready & ~held_last)),
             ]
-            with m.If(take & self.i.payload.last):
-                m.d.sync += left.eq(ICRC_BYTES)
+            with m.If(held & out.i.ready):
+                m.d.sync += held.eq(0)
+                with m.If(held_last):
+                    m.d.sync += left.eq(ICRC_BYTES)
         with m.Else():
             m.d.comb += [
                 out.i.valid.eq(1),
                 out.i.payload.data.eq(icrc_le.word_select((ICRC_BYTES - left).as_unsigned()[:2], 8)),
                 out.i.payload.last.eq(left == 1),
+                self.i.ready.eq((left == 1) & out.i.ready),
             ]
             with m.If(out.i.ready):
                 m.d.sync += left.eq(left - 1)
+        with m.If(take):
+            m.d.sync += [held.eq(1), held_data.eq(self.i.payload.data), held_last.eq(self.i.payload.last)]
         return m
 
 
 class IcrcChecker(wiring.Component):
     """Members: ``i`` (In, stream of :class:`~mrcnic.hdl.eth.frame.ByteLayout`: frames with their ICRC),
     ``o`` (Out, ``ByteLayout(user_width=1)``: the same octets; on a frame's last one, ``user`` = the
-    ICRC is good). Two register stages: an octet is on ``o`` two cycles after ``i`` took it, and ``i``
-    takes one every cycle while ``o`` is ready."""
+    ICRC is good). Three register stages: an octet is on ``o`` three cycles after ``i`` took it, and
+    ``i`` takes one every cycle while ``o`` is ready."""
 
     def __init__(self):
         super().__init__(
@@ -229,39 +259,45 @@ class IcrcChecker(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.icrc = icrc = OctetIcrc()
-        # Stage 1 holds the octet taken last while the engine's register holds the CRC after it; stage 2
-        # (the output) gets the octet with its verdict, the register compared with the residue. The
-        # verdict is then a register too: the compare's three LUT levels do not reach the octet FIFO
-        # behind (the Versa's receive clock's critical path at 9ce037f, mostly routing). Comparing the
-        # register, not the CRC network's output, also keeps the network from being duplicated.
-        held = Signal()
-        held_data = Signal(8)
-        held_last = Signal()
-        held_covered = Signal()
-        advance = Signal()  # both stages move on
+        # Stage 1 holds the octet taken last beside the engine's input stage; when it moves to stage 2
+        # the octet steps the engine's register, which then stays the CRC after that octet while stage 2
+        # waits. The output gets the octet with its verdict, the register compared with the residue: the
+        # verdict is a register, so the compare's three LUT levels do not reach the octet FIFO behind
+        # (the Versa's receive clock's critical path at 9ce037f, mostly routing). All stages move
+        # together, so the register always belongs to stage 2's octet.
+        held = [Signal(name=f"held_{k}") for k in (1, 2)]
+        held_data = [Signal(8, name=f"held_data_{k}") for k in (1, 2)]
+        held_last = [Signal(name=f"held_last_{k}") for k in (1, 2)]
+        held_covered = [Signal(name=f"held_covered_{k}") for k in (1, 2)]
+        advance = Signal()  # all stages move on
         take = Signal()
         m.d.comb += [
             advance.eq(~self.o.valid | self.o.ready),
-            self.i.ready.eq(~held | advance),
+            self.i.ready.eq(~held[0] | advance),
             take.eq(self.i.valid & self.i.ready),
             icrc.valid.eq(take),
             icrc.data.eq(self.i.payload.data),
             icrc.last.eq(self.i.payload.last),
+            icrc.step.eq(advance),
         ]
         with m.If(advance):
             m.d.sync += [
-                self.o.valid.eq(held),
-                self.o.payload.data.eq(held_data),
-                self.o.payload.last.eq(held_last),
+                self.o.valid.eq(held[1]),
+                self.o.payload.data.eq(held_data[1]),
+                self.o.payload.last.eq(held_last[1]),
                 # Only the last octet's value matters; it is the frame's verdict.
-                self.o.payload.user.eq(held_covered & (icrc.register == ICRC_RESIDUE_REGISTER)),
-                held.eq(0),
+                self.o.payload.user.eq(held_covered[1] & (icrc.register == ICRC_RESIDUE_REGISTER)),
+                held[1].eq(held[0]),
+                held_data[1].eq(held_data[0]),
+                held_last[1].eq(held_last[0]),
+                held_covered[1].eq(held_covered[0]),
+                held[0].eq(0),
             ]
         with m.If(take):
             m.d.sync += [
-                held.eq(1),
-                held_data.eq(self.i.payload.data),
-                held_last.eq(self.i.payload.last),
-                held_covered.eq(icrc.covered),
+                held[0].eq(1),
+                held_data[0].eq(self.i.payload.data),
+                held_last[0].eq(self.i.payload.last),
+                held_covered[0].eq(icrc.covered),
             ]
         return m
