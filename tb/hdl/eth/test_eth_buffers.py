@@ -11,18 +11,24 @@ simulator.
 * RX buffer: MAC beats at line rate with random outcomes while the reader stalls for long stretches; the
   statuses are the MAC's outcomes, good frames become ``OVERFLOW`` only while the ring is short of room,
   and the frames out are exactly the good ones, whole.
+* Ring through the ECP5 synthesis (Yosys, the board build's script): a bank is one block RAM whose
+  outputs go straight to flip-flops (no read-during-write copy and multiplexer between them).
 """
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from eth_reference import new_rng
 
+from mrcnic.boards.synth_block import synthesise_component
 from mrcnic.hdl.eth.frame import RxOutcome
 from mrcnic.hdl.eth.packet_ring import PacketRing
 from mrcnic.hdl.eth.rx_buffer import RxBuffer
 from mrcnic.hdl.eth.tx_buffer import TxBuffer
 
+from support.cocotb_runner import REPO_ROOT
 from support.pysim import run, stream_get, stream_put
 
 
@@ -107,6 +113,30 @@ def test_packet_ring(depth, banks):
     assert len(received) == len(committed), f"{len(received)} of {len(committed)} frames out by the deadline"
     assert received == committed
     assert full_seen, "the ring never filled up"
+
+
+def test_packet_ring_ecp5_ram_meets_flip_flops():
+    """Synthesised for the ECP5 as a board build does it, a 2048-octet ring is one DP16KD, and every
+    output bit the ring uses drives a flip-flop's data input directly: the 5.8 ns clock-to-output of a
+    speed-6 block RAM leaves no room for a LUT before the register at 125 MHz (docs/ethernet.md)."""
+    netlist = json.loads(
+        synthesise_component(PacketRing(2048), REPO_ROOT / "build/test_packet_ring_ecp5").read_text()
+    )
+    cells = netlist["modules"]["top"]["cells"].values()
+    rams = [c for c in cells if c["type"] == "DP16KD"]
+    assert len(rams) == 1
+    ff_inputs = {bit for c in cells if c["type"] == "TRELLIS_FF" for bit in c["connections"]["DI"]}
+    loads = {}  # net -> (cell type, port) of every input it drives
+    for c in cells:
+        for port, bits in c["connections"].items():
+            if c["port_directions"][port] == "input":
+                for bit in bits:
+                    loads.setdefault(bit, []).append((c["type"], port))
+    outputs = [bits[0] for port, bits in rams[0]["connections"].items() if port.startswith("DOB")]
+    used = [bit for bit in outputs if bit in loads]
+    assert len(used) == 9, f"{len(used)} of the RAM's outputs used: expected 8 data bits and the end flag"
+    for bit in used:
+        assert bit in ff_inputs and loads[bit] == [("TRELLIS_FF", "DI")], f"RAM output feeds {loads[bit]}"
 
 
 def test_tx_buffer():
