@@ -52,22 +52,27 @@ SYNTH_OPTS = "-run :map_ram"
 # Amaranth's FIFOs (``lib.fifo``, their memory is named ``storage``) never read the entry being written:
 # an entry is read once the level counts it, and nothing is written while the FIFO is full. So their
 # read-during-write is left undefined too (``mrcnic.hdl.tables.UNDEFINED_COLLISIONS``): kept, it costs a
-# flip-flop and a LUT4 per bit of every FIFO in block RAM. Only the FIFOs of one clock domain (the NIC's
-# in a board top: the ports' clock-domain crossings are FIFOs too) and only those whose read port is
+# flip-flop and a LUT4 per bit of every FIFO in block RAM, and a LUT between the memory and its register.
+# Only the FIFOs of one clock domain (the NIC's in a board top, and the ports' short octet FIFOs in their
+# MAC domains; the ports' clock-domain crossings are FIFOs too) and only those whose read port is
 # synchronous by then (RD_CLK_ENABLE 1'1): the setparam after it stops on an assertion for either.
-BOARD_FIFOS = "board.nic.*.storage"
+BOARD_FIFOS = ("board.nic.*.storage", "board.port*.*_octets.storage")
 
 
-def _fifo_undefined_collisions(fifos: str) -> str:
-    return f"setattr -set no_rw_check 1 t:$mem_v2 */{fifos} %i r:RD_CLK_ENABLE=1'1 %i"
+def _fifo_undefined_collisions(fifos: tuple[str, ...]) -> str:
+    names = " ".join(f"*/{pattern}" for pattern in fifos) + " %u" * (len(fifos) - 1)
+    return f"setattr -set no_rw_check 1 t:$mem_v2 {names} %i r:RD_CLK_ENABLE=1'1 %i"
 
 
 def _after_synth(
-    name: str, block_ram: tuple[str, ...] = (), fifos: str = BOARD_FIFOS, small_arithmetic: int = 0
+    name: str,
+    block_ram: tuple[str, ...] = (),
+    fifos: tuple[str, ...] = BOARD_FIFOS,
+    small_arithmetic: int = 0,
 ) -> str:
     """The second half; ``block_ram``: memory name patterns marked ``ram_style = "block"`` first (each
     must name a memory: a renamed block fails the build instead of quietly landing in LUT RAM again);
-    ``fifos``: the name pattern of the single-clock FIFOs' memories; ``small_arithmetic``: adders and
+    ``fifos``: the name patterns of the single-clock FIFOs' memories; ``small_arithmetic``: adders and
     comparisons (Yosys ``$alu``) up to that many bits, outside ``hdl/eth``, go to LUTs, not carry chains."""
     steer = "".join(
         f"select -assert-min 1 t:$mem_v2 */{pattern} %i; "

@@ -60,7 +60,7 @@ def synthesise_component(top, work_dir: Path) -> Path:
     work_dir.mkdir(parents=True, exist_ok=True)
     (work_dir / "top.il").write_text(rtlil.convert(top, name="top"))
     # every FIFO of a lone block is taken as single-clock (a NIC block's are)
-    after = _after_synth("top", fifos="*.storage")
+    after = _after_synth("top", fifos=("*.storage",))
     (work_dir / "synth.ys").write_text(
         f"read_rtlil top.il\nsynth_ecp5 -top top {SYNTH_OPTS}\n{after}\nwrite_json top.json\n"
     )

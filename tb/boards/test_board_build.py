@@ -326,8 +326,12 @@ def test_the_colorlights_nic_keeps_to_a_standard_ethernet_mtu():
         assert f'setattr -set ram_style "block" t:$mem_v2 */{pattern} %i; ' in script
     versa = build._after_synth("top", BOARDS["versa_ecp5"].block_ram)
     assert "ram_style" not in versa
-    # every board: the NIC's single-clock FIFOs, then collisions undefined with a mask per port count
-    fifos = "setattr -set no_rw_check 1 t:$mem_v2 */board.nic.*.storage %i r:RD_CLK_ENABLE=1'1 %i; "
+    # every board: the single-clock FIFOs (the NIC's, the ports' octet FIFOs), then collisions undefined
+    # with a mask per port count
+    fifos = (
+        "setattr -set no_rw_check 1 t:$mem_v2 */board.nic.*.storage */board.port*.*_octets.storage %u %i "
+        "r:RD_CLK_ENABLE=1'1 %i; "
+    )
     one_by_one = "RD_COLLISION_X_MASK 1'b1 t:$mem_v2 a:no_rw_check %i r:RD_PORTS=1 %i r:WR_PORTS=1 %i"
     two_by_two = "RD_COLLISION_X_MASK 4'b1111 t:$mem_v2 a:no_rw_check %i r:RD_PORTS=2 %i r:WR_PORTS=2 %i"
     for text in (script, versa):
