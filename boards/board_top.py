@@ -141,11 +141,12 @@ BOARDS = {
         reset_buffer_bel="X31/Y50/BDCC0",
         # router2 went from 38,652 overused wires to 16,281 at iteration 7 and climbed; router1 keeps going.
         router="router1",
-        # Placed for timing, router1 still had 16,172 arcs to route after 42 minutes; placed for wire
-        # length only, it routed in 89 minutes (and the placer took 4 minutes instead of 18).
-        timing_driven_placement=False,
-        # Placed for wire length, the MAC clocks' estimates differ by up to 16 MHz between seeds of one
-        # netlist: place with three (about 4.5 minutes each), route with the best (docs/boards.md).
+        # Placed for timing (the default): 9284944's gateware routed in 57 minutes to core 39.75, MAC
+        # transmit 116.95, receive 131.75 / 118.26 MHz, where placed for wire length only (the board's
+        # choice from session 29, when a timing-driven placement did not route in 42 minutes) its best
+        # routed build reached 27.03 / 75.90 / 88.94 / 99.54 (docs/boards.md, "Colorlight 5A-75B").
+        # The MAC clocks' estimates differ by up to 16 MHz between seeds of one netlist: place with
+        # three, route with the best.
         place_seeds=(1, 2, 3),
     ),
     "ecpix5": BoardSpec(

@@ -458,7 +458,7 @@ def main(argv=None) -> None:
         "--timing-driven",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="nextpnr's timing-driven placement (default: the board's; off on the Colorlight 5A-75B)",
+        help="nextpnr's timing-driven placement (default: the board's; on for every board)",
     )
     parser.add_argument(
         "--nic", nargs="*", type=nic_setting, default=[], metavar="KEY=VALUE", help="NIC parameter overrides"

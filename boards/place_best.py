@@ -1,7 +1,7 @@
 """Place a design with several nextpnr seeds, then place and route with the seed that placed best.
 
-On a nearly full device placed for wire length (the Colorlight 5A-75B at 98 % of its logic cells), the
-placement decides the fast clocks more than the logic does: nextpnr's estimates after placement of the
+On a nearly full device (the Colorlight 5A-75B at 97-98 % of its logic cells), the placement decides
+the fast clocks more than the logic does: nextpnr's estimates after placement of the
 same gateware moved by up to 39 MHz on a 125 MHz clock between builds, and by up to 16 MHz between seeds
 of one netlist (docs/boards.md, "Colorlight 5A-75B"). A placement takes minutes and a route one or two
 hours, so a board build may place with each of several seeds (``nextpnr --no-route``), score each

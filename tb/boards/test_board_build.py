@@ -184,8 +184,9 @@ def test_a_build_tries_the_boards_next_seed_only_when_routing_stalls(monkeypatch
 
 
 def test_timing_driven_placement_is_the_boards_choice_unless_asked(monkeypatch):
-    """nextpnr places for timing unless the board's ``timing_driven_placement`` is off (the Colorlight:
-    wire length only, so that the nearly full 25F routes) or the command line says otherwise."""
+    """nextpnr places for timing unless the board's ``timing_driven_placement`` is off (every board
+    places for timing now; the Colorlight placed for wire length only until 2026-12-07) or the command
+    line says otherwise."""
     assert "--no-tmdriv" not in nextpnr_options(3, "static", "router1").split()
     options = nextpnr_options(3, "heap", "router2", timing_driven=False).split()
     assert "--no-tmdriv" in options and options[options.index("--seed") + 1] == "3"
@@ -194,7 +195,7 @@ def test_timing_driven_placement_is_the_boards_choice_unless_asked(monkeypatch):
         and options[options.index("--router") + 1] == "router2"
     )
     assert {board: spec.timing_driven_placement for board, spec in BOARDS.items()} == {
-        "colorlight_5a75b": False,
+        "colorlight_5a75b": True,
         "ecpix5": True,
         "versa_ecp5": True,
     }
@@ -211,9 +212,9 @@ def test_timing_driven_placement_is_the_boards_choice_unless_asked(monkeypatch):
 @pytest.mark.parametrize(
     ("board", "asked", "placed_for_timing"),
     [
-        ("colorlight_5a75b", None, False),
+        ("colorlight_5a75b", None, True),
         ("ecpix5", None, True),
-        ("colorlight_5a75b", True, True),
+        ("colorlight_5a75b", False, False),
         ("ecpix5", False, False),
     ],
 )
