@@ -206,8 +206,7 @@ class IcrcAppender(wiring.Component):
         wiring.connect(m, out.o, wiring.flipped(self.o))
         left = Signal(range(ICRC_BYTES + 1))  # ICRC octets still to send
         held = Signal()
-        held_data = Signal(8)
-        held_last = Signal()
+        held_octet = Signal(ByteLayout())
         take = Signal()
         # The engine steps with each octet the cycle after it was taken, so its register has the frame's
         # final value once the last octet has left the held stage; it keeps it while the ICRC octets go
@@ -224,12 +223,12 @@ class IcrcAppender(wiring.Component):
         with m.If(left == 0):
             m.d.comb += [
                 out.i.valid.eq(held),
-                out.i.payload.data.eq(held_data),
-                self.i.ready.eq(~held | (out.i.ready & ~held_last)),
+                out.i.payload.data.eq(held_octet.data),
+                self.i.ready.eq(~held | (out.i.ready & ~held_octet.last)),
             ]
             with m.If(held & out.i.ready):
                 m.d.sync += held.eq(0)
-                with m.If(held_last):
+                with m.If(held_octet.last):
                     m.d.sync += left.eq(ICRC_BYTES)
         with m.Else():
             m.d.comb += [
@@ -241,7 +240,7 @@ class IcrcAppender(wiring.Component):
             with m.If(out.i.ready):
                 m.d.sync += left.eq(left - 1)
         with m.If(take):
-            m.d.sync += [held.eq(1), held_data.eq(self.i.payload.data), held_last.eq(self.i.payload.last)]
+            m.d.sync += [held.eq(1), held_octet.eq(self.i.payload)]
         return m
 
 
@@ -265,10 +264,9 @@ class IcrcChecker(wiring.Component):
         # verdict is a register, so the compare's three LUT levels do not reach the octet FIFO behind
         # (the Versa's receive clock's critical path at 9ce037f, mostly routing). All stages move
         # together, so the register always belongs to stage 2's octet.
+        # Each stage: a valid flag and the octet, its `user` bit holding whether the octet is covered.
         held = [Signal(name=f"held_{k}") for k in (1, 2)]
-        held_data = [Signal(8, name=f"held_data_{k}") for k in (1, 2)]
-        held_last = [Signal(name=f"held_last_{k}") for k in (1, 2)]
-        held_covered = [Signal(name=f"held_covered_{k}") for k in (1, 2)]
+        held_octet = [Signal(ByteLayout(user_width=1), name=f"held_octet_{k}") for k in (1, 2)]
         advance = Signal()  # all stages move on
         take = Signal()
         m.d.comb += [
@@ -283,21 +281,19 @@ class IcrcChecker(wiring.Component):
         with m.If(advance):
             m.d.sync += [
                 self.o.valid.eq(held[1]),
-                self.o.payload.data.eq(held_data[1]),
-                self.o.payload.last.eq(held_last[1]),
+                self.o.payload.data.eq(held_octet[1].data),
+                self.o.payload.last.eq(held_octet[1].last),
                 # Only the last octet's value matters; it is the frame's verdict.
-                self.o.payload.user.eq(held_covered[1] & (icrc.register == ICRC_RESIDUE_REGISTER)),
+                self.o.payload.user.eq(held_octet[1].user & (icrc.register == ICRC_RESIDUE_REGISTER)),
                 held[1].eq(held[0]),
-                held_data[1].eq(held_data[0]),
-                held_last[1].eq(held_last[0]),
-                held_covered[1].eq(held_covered[0]),
+                held_octet[1].eq(held_octet[0]),
                 held[0].eq(0),
             ]
         with m.If(take):
             m.d.sync += [
                 held[0].eq(1),
-                held_data[0].eq(self.i.payload.data),
-                held_last[0].eq(self.i.payload.last),
-                held_covered[0].eq(icrc.covered),
+                held_octet[0].data.eq(self.i.payload.data),
+                held_octet[0].last.eq(self.i.payload.last),
+                held_octet[0].user.eq(icrc.covered),
             ]
         return m

@@ -59,9 +59,13 @@ def ring_depth_ok(depth: int, bank_depth: int = BANK_DEPTH) -> bool:
 
 class PacketRing(wiring.Component):
     """Parameters: ``depth`` (octets: a power of two, or a multiple of ``bank_depth``), ``bank_depth``
-    (octets per memory bank, a power of two; one block RAM's worth by default)."""
+    (octets per memory bank, a power of two; one block RAM's worth by default), ``poison_collisions``
+    (tests only: a read of the word being written in the same cycle returns it inverted, one of the
+    results the block RAM may give, since read-during-write is left undefined; a ring whose used reads
+    never collide passes its tests unchanged)."""
 
-    def __init__(self, depth: int, *, bank_depth: int = BANK_DEPTH):
+    def __init__(self, depth: int, *, bank_depth: int = BANK_DEPTH, poison_collisions: bool = False):
+        self.poison_collisions = poison_collisions
         self.bank_bits = exact_log2(bank_depth)
         if not ring_depth_ok(depth, bank_depth):
             self._MustUse__silence = True  # no "created but never used" warning for a rejected instance
@@ -181,7 +185,13 @@ class PacketRing(wiring.Component):
             with m.If(available):
                 m.d.sync += rptr.eq(advance(rptr))
             m.d.sync += [banked.eq(fetched), bank2.eq(bank1)]
-            m.d.sync += [h.eq(rd.data) for h, rd in zip(held, reads, strict=True)]
+            for k, (h, rd) in enumerate(zip(held, reads, strict=True)):
+                if self.poison_collisions:
+                    collided = Signal(name=f"collided{k}")  # the word in rd.data was read while written
+                    m.d.sync += collided.eq(writes[k].en & (writes[k].addr == rd.addr))
+                    m.d.sync += h.eq(rd.data.as_value() ^ collided.replicate(len(h.as_value())))
+                else:
+                    m.d.sync += h.eq(rd.data)
             m.d.sync += self.r.valid.eq(banked)
             if banks == 1:
                 m.d.sync += self.r.payload.eq(held[0])
