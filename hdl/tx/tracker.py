@@ -16,7 +16,8 @@ State.
   the index of an outstanding PSN unique, so records outside the range are simply ignored (configure
   does not have to clear them; a new PSN overwrites its record).
   A QP that was never configured behaves as one configured with ``initial_psn = 1``.
-* Per QP (registers): ``cack_s``, ``next_psn``, ``inflight``, ``rack_time`` + ``rack_valid``, error.
+* Per QP (registers): ``cack_s``, ``next_psn``, ``inflight``, ``rack_time`` + ``rack_valid``,
+  ``rack_top``, error.
 
 Members.
 
@@ -39,8 +40,10 @@ Members.
     releases nothing). (3) bitmap: every set bit i whose PSN sack_base + i is in the (new) range
     ``(cack_s, next_psn)`` makes its record SACKED (from IN_FLIGHT or QUEUED). Every IN_FLIGHT entry
     released or SACKed: inflight -= length, newly_acked += length, rack_time = max(rack_time,
-    send_time). (4) one ``cc_event`` {SACK, newly_acked, rtt_valid, rtt = now_ts - tx_timestamp, ecn}
-    per SACK (probe answers too, with rtt_valid 0).
+    send_time). ``rack_top``, the highest PSN reported on since rack_time moved, becomes the SACK's
+    window top (sack_base + 63) if this SACK moved rack_time, else the later of the two. (4) one
+    ``cc_event`` {SACK, newly_acked, rtt_valid, rtt = now_ts - tx_timestamp, ecn} per SACK (probe
+    answers too, with rtt_valid 0).
   - NACK: if nack_psn is outstanding and IN_FLIGHT or QUEUED (else ``stat_stale_feedback`` += 1):
     UNEXP_EVENT (not retryable) puts the QP in ERROR (``error`` {qp, psn}); otherwise the entry becomes
     QUEUED (inflight -= length if it was IN_FLIGHT). TRIMMED / TRIMMED_LASTHOP: the retransmit request
@@ -51,10 +54,10 @@ Members.
 * Background scan (whenever nothing else is pending), one record per cycle over all Q * W records,
   skipping QPs in ERROR:
 
-  - an outstanding IN_FLIGHT entry with ``send_time + reorder_cycles <= rack_time`` (time rule, if a
-    rack_time exists; counted first) or ``now - send_time >= rto_cycles`` (timeout) is lost: QUEUED,
-    inflight -= length, ``path_event`` LOSS, ``cc_event`` LOSS, ``stat_lost_time_rule`` /
-    ``stat_timeouts`` += 1, and its retransmit request at once;
+  - an outstanding IN_FLIGHT entry with ``send_time + reorder_cycles <= rack_time`` and a PSN at or
+    below ``rack_top`` (time rule, if a rack_time exists; counted first) or with ``now - send_time >=
+    rto_cycles`` (timeout) is lost: QUEUED, inflight -= length, ``path_event`` LOSS, ``cc_event``
+    LOSS, ``stat_lost_time_rule`` / ``stat_timeouts`` += 1, and its retransmit request at once;
   - an outstanding QUEUED entry without a request gets one.
 
   A request for an entry whose rtx_count already equals ``retry_budget`` puts the QP in ERROR
@@ -257,6 +260,9 @@ class TxTracker(wiring.Component):
         infl = Signal(data.ArrayLayout(count_bits, Q))
         rack = Signal(data.ArrayLayout(32, Q))
         rack_ok = Signal(Q)
+        # The highest PSN the SACKs since rack_time last moved have reported on (window top, base + 63):
+        # the time rule declares nothing above it, which no SACK since then could show as received.
+        rack_top = Signal(data.ArrayLayout(PSN_BITS, Q))
         err = Signal(Q)
         for q in range(Q):
             m.d.comb += [self.psn_limit[q].eq(cack[q] + W), self.inflight[q].eq(infl[q])]
@@ -271,6 +277,9 @@ class TxTracker(wiring.Component):
 
         def later(a, b):  # a after b, serial 32-bit
             return (a - b)[:32].as_signed() > 0
+
+        def psn_at_or_below(a, b):  # a at or before b, serial 24-bit
+            return ~(b - a)[PSN_BITS - 1]
 
         o_rtx = _OutReg(m, self.retransmit)
         o_pe = _OutReg(m, self.path_event)
@@ -316,6 +325,7 @@ class TxTracker(wiring.Component):
         acc = Signal(count_bits)
         rk = Signal(32)
         rk_ok = Signal()
+        rk_up = Signal()  # this SACK moved rack_time
         new_cack = Signal(PSN_BITS)
         rtt_valid = Signal()
 
@@ -329,7 +339,7 @@ class TxTracker(wiring.Component):
                 with m.If(r.state == TrackState.IN_FLIGHT):
                     m.d.sync += acc.eq(acc + r.length)
                     with m.If(~rk_ok | later(r.send_time, rk)):
-                        m.d.sync += [rk.eq(r.send_time), rk_ok.eq(1)]
+                        m.d.sync += [rk.eq(r.send_time), rk_ok.eq(1), rk_up.eq(1)]
 
         with m.FSM():
             with m.State("IDLE"):
@@ -356,7 +366,13 @@ class TxTracker(wiring.Component):
                     rto_edge.eq(self.now - self.rto_cycles),
                     rto_wraps.eq(self.now < self.rto_cycles),
                 ]
-                by_rule = infl_ & rack_ok.bit_select(sq, 1) & ~later(r.send_time, rack_edge)
+                # ... and only for a PSN a SACK since rack_time moved could have reported (spsn <= rack_top).
+                by_rule = (
+                    infl_
+                    & rack_ok.bit_select(sq, 1)
+                    & psn_at_or_below(spsn, rack_top[sq])
+                    & ~later(r.send_time, rack_edge)
+                )
                 within_edge = r.send_time <= rto_edge
                 by_rto = infl_ & Mux(
                     r.send_time <= self.now, ~rto_wraps & within_edge, ~rto_wraps | within_edge
@@ -491,6 +507,7 @@ class TxTracker(wiring.Component):
                         acc.eq(0),
                         rk.eq(rack[fq]),
                         rk_ok.eq(rack_ok.bit_select(fq, 1)),
+                        rk_up.eq(0),
                         mask.eq(f.sack_bitmap),
                     ]
                     m.next = "RELEASE"
@@ -533,6 +550,12 @@ class TxTracker(wiring.Component):
                     rack[fq].eq(rk),
                     rack_ok.bit_select(fq, 1).eq(rk_ok),
                 ]
+                # A SACK that moved rack_time replaces the reported range with its own window (an earlier
+                # SACK's window says nothing about packets that arrived after it was made); one that did
+                # not extends it (it was made after the one that did).
+                top = (f.sack_base + 63)[:PSN_BITS]
+                with m.If(rk_up | ~psn_at_or_below(top, rack_top[fq])):
+                    m.d.sync += rack_top[fq].eq(top)
                 ecn = f.has_path_event & (f.path_event == FeedbackEvent.ECN)
                 o_cc.load(
                     m,

@@ -40,6 +40,19 @@ def _sum_counters(result: SimResult) -> dict[str, int]:
     return tot
 
 
+def _duplicates(result: SimResult) -> int | None:
+    """Data packets a receiver already had (a retransmission of a packet that had arrived, or a copy):
+    what spurious loss declarations cost. None for a transport whose receiver does not count them."""
+    total = 0
+    for ep in result.endpoints:
+        for qp in ep.qps.values():
+            receiver = getattr(qp, "receiver", None)
+            if receiver is None:
+                return None
+            total += receiver.c["dups"]
+    return total
+
+
 def _first_failure(result: SimResult):
     return next((e for e in result.failures if e.is_failure), None)
 
@@ -159,6 +172,7 @@ def metrics(result: SimResult) -> dict:
         "retx_bytes": c.get("retx_bytes", 0),
         "lost_bytes": c.get("lost_bytes", 0),
         "timeouts": c.get("timeouts", 0),
+        "duplicate_arrivals": _duplicates(result),
         "nack_trimmed": c.get("nack_trimmed", 0) + c.get("nack_lasthop", 0),
         "trims": sw.get("trims", 0),
         "drops": sw.get("drops", 0) + sw.get("loss_drops", 0) + sw.get("down_drops", 0),
@@ -208,6 +222,7 @@ def print_table(rows: list[dict], console=None) -> None:
         ("retx_bytes", "retransmitted bytes"),
         ("lost_bytes", "bytes declared lost"),
         ("timeouts", "timeout-driven losses"),
+        ("duplicate_arrivals", "data packets received twice"),
         ("trims", "trims"),
         ("drops", "drops"),
         ("evs_retired", "EVs retired"),

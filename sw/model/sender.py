@@ -150,6 +150,9 @@ class Sender:
         self.order: deque[tuple[int, int, int]] = deque()
         self.inflight = 0
         self.rack = -(1 << 62)
+        # The highest PSN the SACKs since ``rack`` last moved reported on (their windows' tops): the time
+        # rule declares nothing above it, which none of them could show as received (§7.7).
+        self.rack_top = -1
         self.next_msn = 0
         self.next_rqmsn = 0
         self.acked_msn = -1
@@ -359,6 +362,7 @@ class Sender:
                 rtt = ((ts128(now) - cc_state.tx_timestamp) & 0xFFFF) * 128_000
         newly = 0
         sb = self.sb
+        rack_before = self.rack
         if cack >= self.una:
             for psn in range(self.una, min(cack, self.next_psn - 1) + 1):
                 e = sb.pop(psn, None)
@@ -377,6 +381,9 @@ class Sender:
         while self.una < self.next_psn and (e := sb.get(self.una)) is not None and e.acked:
             del sb[self.una]
             self.una += 1
+        top = base + 63
+        if self.rack > rack_before or top > self.rack_top:
+            self.rack_top = top
         if not seth.pr:
             if seth.m == SackVerdict.SKIP_ONCE:
                 self.evs.penalise(seth.entropy, self.p.skip_ecn)
@@ -482,15 +489,19 @@ class Sender:
         order = self.order
         sb = self.sb
         found = False
+        unreported = []  # old enough for the time rule, but above every window reported since rack moved
         while order:
             t, psn, txn = order[0]
             e = sb.get(psn)
             if e is None or e.acked or e.txn != txn or e.lost:
                 order.popleft()
                 continue
-            if t > limit_rack:
+            if t > limit_rack or psn > self.rack_top:
                 if t > limit_rto:
-                    break
+                    if t > limit_rack:
+                        break
+                    unreported.append(order.popleft())
+                    continue
                 self.c["timeouts"] += 1
             order.popleft()
             self.c["lost_pkts"] += 1
@@ -499,6 +510,7 @@ class Sender:
             self._mark_lost(e, e.ev)
             self._retire(e.ev, now)
             found = True
+        order.extendleft(reversed(unreported))
         self._arm_timer(now)
         if found:
             self.qp.wake()

@@ -28,7 +28,7 @@ def test_permutation_clean():
     r = run(small())
     m = metrics(r)
     assert m["completed"] and all(f.verified for f in r.flows)
-    assert m["retx_bytes"] == 0 and m["lost_bytes"] == 0
+    assert m["retx_bytes"] == 0 and m["lost_bytes"] == 0 and m["duplicate_arrivals"] == 0
     assert m["goodput_fraction"] > 0.5
 
 
@@ -37,6 +37,9 @@ def test_permutation_with_loss_byte_exact():
     m = metrics(r)
     assert m["completed"], m
     assert m["lost_bytes"] > 0 and m["retx_bytes"] > 0 and m["evs_retired"] > 0
+    # the fabric duplicates nothing: a packet received twice is a retransmission (a spurious one)
+    retx_packets = sum(qp.sender.c["retx_pkts"] for ep in r.endpoints for qp in ep.qps.values())
+    assert 0 <= m["duplicate_arrivals"] <= retx_packets
 
 
 def test_link_failure_all_complete():
@@ -65,7 +68,7 @@ def test_all_to_all():
 def test_roce_baseline():
     r = run(small(transport="roce-ecmp"))
     m = metrics(r)
-    assert m["completed"] and m["transport"] == "roce-ecmp"
+    assert m["completed"] and m["transport"] == "roce-ecmp" and m["duplicate_arrivals"] is None
     r = run(small(transport="roce-ecmp", loss=0.01))
     m = metrics(r)
     assert m["completed"] and m["retx_bytes"] >= m["lost_bytes"] > 0  # go-back-N resends everything after

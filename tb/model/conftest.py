@@ -83,3 +83,9 @@ class Pair:
 @pytest.fixture
 def pair():
     return Pair()
+
+
+@pytest.fixture
+def make_pair():
+    """:class:`Pair` itself, for a test that needs other parameters."""
+    return Pair

@@ -3,8 +3,20 @@ NACK handling, probes restoring an EV, retry budget, window and cwnd gates, AETH
 statuses."""
 
 from mrcnic.model.ev import EvState
-from mrcnic.model.params import US
-from mrcnic.wire import Aeth, AethSyndrome, Dscp, NackReason, Opcode, Reth, Seth
+from mrcnic.model.params import US, Params
+from mrcnic.model.sender import PSN_MOD
+from mrcnic.wire import (
+    Aeth,
+    AethSyndrome,
+    CcState,
+    Dscp,
+    NackReason,
+    Opcode,
+    Reth,
+    SackVerdict,
+    Seth,
+    control_frame,
+)
 
 
 def deliver(pair, frames, now):
@@ -281,3 +293,53 @@ def test_trim_nacks_do_not_use_the_retry_budget(pair):
         f = pair.send(t)
         assert f is not None and f.bth.psn == 0
     assert s.error is None and s.c["nack_lasthop"] == s.p.retry_budget + 3
+
+
+def _sack(pair, frames, trigger, received, now, cack=-1):
+    """A §7.2 SACK from B for ``trigger`` (its frame in ``frames``), B having ``received`` above ``cack``,
+    handed straight to A: the test chooses which SACKs B's coalescing would have sent."""
+    base = max(trigger - 56, cack + 1) & ~7
+    bits = sum(1 << (p - base) for p in range(base, base + 64) if p <= cack or p in received)
+    ev = frames[trigger].ev
+    seth = Seth(
+        m=SackVerdict.NONE, pr=0, ack_psn_offset=trigger - cack, entropy=ev, spdcid=16, dpdcid=16,
+        cack_psn=cack % PSN_MOD, sack_offset=base - cack, sack_bitmap=bits,
+    )  # fmt: skip
+    headers = [seth, CcState(tx_timestamp=0, ooo_count=0, rcvd_bytes=0)]
+    frame = control_frame(
+        pair.qb.reverse_addressing(ev), ev=ev, opcode=Opcode.SACK, headers=headers, dest_qp=16
+    )
+    pair.a.on_frame(frame, ev >> 29, now)
+
+
+def test_time_rule_only_below_reported_windows(make_pair):
+    """§7.7: a SACK triggered by a retransmission of an old PSN shows a window below packets sent before
+    that retransmission; it says nothing about them, so they are not declared lost (they were, and resent
+    though B had them: whole_plane_fails, SEED=1845383631) until a SACK whose window covers them shows
+    one missing. The gateware's tracker has the same rule (tb/hdl/tx/test_tracker.py)."""
+    params = Params(
+        mtu=1024, base_rtt_ps=8 * US, line_rate_bps=200_000_000_000, n_evs=8, backup_evs=1,
+        ev_min_active=2, rto_factor=100,
+    )  # fmt: skip
+    pair = make_pair(params, length=100 * 1024)
+    pair.post()
+    s = pair.qa.sender
+    frames = [pair.send(k * US) for k in range(100)]  # PSN k sent at k us
+    assert [f.bth.psn for f in frames] == list(range(100)) and s.p.loss_delta_ps == 8 * US
+    got = set(range(1, 71)) - {5}
+    _sack(pair, frames, 30, got & set(range(31)), 100 * US)  # window [0, 63]: 0 and 5 are lost
+    assert s.c["lost_pkts"] == 2 and sorted(s.retx) == [0, 5]
+    _sack(pair, frames, 70, got, 100 * US)  # window [8, 71]: nothing new missing
+    assert s.c["lost_pkts"] == 2
+    resent = {f.bth.psn: f for f in (pair.send(101 * US), pair.send(101 * US))}
+    assert sorted(resent) == [0, 5]
+    frames[5] = resent[5]
+    # 5's retransmission arrives (0's does not), and everything else but 80 has: the SACK 5 triggers
+    # shows [0, 63] only, though 71..99 were sent more than delta before 5's retransmission.
+    got |= set(range(71, 100)) - {80} | {5}
+    _sack(pair, frames, 5, got, 102 * US)
+    assert s.c["lost_pkts"] == 2 and s.rack_top == 63
+    # A later SACK (trigger 99, sent before 5's retransmission) shows [40, 103]: 80 is missing, and lost.
+    _sack(pair, frames, 99, got, 103 * US)
+    assert s.c["lost_pkts"] == 3 and 80 in s.retx and s.c["timeouts"] == 0
+    assert not any(s.sb[p].lost for p in range(71, 100) if p != 80)

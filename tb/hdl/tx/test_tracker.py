@@ -52,6 +52,7 @@ class Reference:
         self.rec = [dict(slot=0, ev=0, t=0, rtx=0, state=FREE, req=0, length=0) for _ in range(qps * window)]
         self.cack, self.nxt = [0] * qps, [1] * qps
         self.infl, self.rack, self.rack_ok, self.err = [0] * qps, [0] * qps, [0] * qps, [0] * qps
+        self.rack_top = [0] * qps  # highest PSN the SACKs since rack moved reported on (window tops)
         self.out = {k: [] for k in OUTS}
         self.stats = dict.fromkeys(STATS, 0)
 
@@ -122,14 +123,14 @@ class Reference:
         rtt_valid = int(out and trig["rtx"] == 0)
         if out and f["has_path_event"] and trig["ev"] == f["ev"]:
             self.out["path_event"].append((q, trig["slot"], trig["ev"], f["path_event"].value))
-        acc, rk, rk_ok = 0, self.rack[q], self.rack_ok[q]
+        acc, rk, rk_ok, rk_up = 0, self.rack[q], self.rack_ok[q], False
 
         def take(r):
-            nonlocal acc, rk, rk_ok
+            nonlocal acc, rk, rk_ok, rk_up
             if r["state"] == IN_FLIGHT:
                 acc += r["length"]
                 if not rk_ok or _later(r["t"], rk):
-                    rk, rk_ok = r["t"], 1
+                    rk, rk_ok, rk_up = r["t"], 1, True
 
         if self.in_range(q, f["cack_psn"]):
             for k in range(1, ((f["cack_psn"] - self.cack[q]) & M24) + 1):
@@ -146,6 +147,9 @@ class Reference:
                     r["state"], r["req"] = SACKED, 0
         self.infl[q] = (self.infl[q] - acc) & M32
         self.rack[q], self.rack_ok[q] = rk, rk_ok
+        top = (f["sack_base"] + 63) & M24
+        if rk_up or 0 < ((top - self.rack_top[q]) & M24) < (1 << 23):
+            self.rack_top[q] = top
         ecn = int(bool(f["has_path_event"]) and f["path_event"] == Ev.ECN)
         rtt = (self.now_ts - f["tx_timestamp"]) & 0xFFFF if rtt_valid else 0
         self.out["cc_event"].append((q, CcKind.SACK.value, acc & M32, rtt_valid, rtt, ecn))
@@ -157,7 +161,10 @@ class Reference:
         if not self.in_range(q, psn) or self.err[q]:
             return False
         inf = r["state"] == IN_FLIGHT
-        by_rule = inf and self.rack_ok[q] and not _later((r["t"] + self.reorder) & M32, self.rack[q])
+        reported = ((self.rack_top[q] - psn) & M24) < (1 << 23)
+        by_rule = (
+            inf and self.rack_ok[q] and reported and not _later((r["t"] + self.reorder) & M32, self.rack[q])
+        )
         by_rto = inf and ((self.now - r["t"]) & M32) >= self.rto
         ask = r["state"] == QUEUED and not r["req"]
         if not (by_rule or by_rto or ask):
@@ -357,6 +364,50 @@ def test_selective_retransmission():
         assert h.ctx.get(h.dut.inflight[1]) == 0
         assert h.got["cc_event"][-1][2] == 2009 and h.got["cc_event"][-1][3] == 0  # rtx: no RTT
         assert h.ctx.get(h.dut.psn_limit[1]) == (psns[9] + 64) & M24
+
+    h.run(body)
+
+
+def test_time_rule_only_below_reported_windows():
+    """§7.7 time rule: a SACK whose window lies below packets that were sent before the packet it SACKs
+    (its trigger is a retransmission of an old PSN) tells nothing about them; they are not declared
+    lost until a SACK whose window covers them shows them missing. (Without this, whole_plane_fails
+    with SEED=1845383631 resent 23 packets the peer had: 56 retransmissions for 33 losses.)"""
+    h = Harness(qps=2, window=128, seed=7, reorder=50, rto=1 << 20)
+    ip = 0xFFFFF8  # 8-aligned (so are the SACK bases below), and the PSNs wrap at ip + 8
+
+    def psn(k):
+        return (ip + k) & M24
+
+    async def body(h):
+        await h.configure(0, ip)
+        for k in range(100):  # PSN ip + k sent at 10 k
+            await h.send(0, psn(k), slot=k % 8, ev=200 + k, length=100)
+            await h.advance(10)
+        got = {psn(k) for k in range(1, 71) if k != 5}
+        # Window [ip, ip + 63]: ip and ip + 5 are missing, older than the trigger by more than Δ.
+        await h.feedback(**_sack_fields((ip - 1) & M24, got, psn(30), ev=230, qp=0))
+        assert sorted(r[1] for r in h.got["retransmit"]) == sorted([psn(0), psn(5)])
+        # Window [ip + 8, ip + 71]: rack_time moves to ip + 70's send time; nothing new is missing.
+        await h.feedback(**_sack_fields((ip - 1) & M24, got, psn(70), ev=270, qp=0))
+        assert len(h.got["retransmit"]) == 2
+        # ip + 5 is resent (at 1000, after every first send) and arrives; everything but ip and ip + 80
+        # has arrived meanwhile. The SACK its arrival triggers shows [ip, ip + 63] only.
+        await h.send(0, psn(5), slot=3, ev=300, length=100, rtx=1)
+        await h.advance(100)
+        got |= {psn(k) for k in range(71, 100) if k != 80} | {psn(5)}
+        await h.feedback(**_sack_fields((ip - 1) & M24, got, psn(5), ev=300, qp=0))
+        assert h.ref.rack_top[0] == psn(63) and h.ref.rack[0] == 1000
+        # ip + 71 .. ip + 99 were sent more than Δ before the retransmission that SACK reported, but it
+        # could not show them: none is declared lost (every one of them would be without rack_top).
+        assert len(h.got["retransmit"]) == 2
+        assert h.ctx.get(h.dut.stat_lost_time_rule) == 2
+        # A later SACK (triggered by ip + 99, not moving rack_time) shows [ip + 40, ip + 103]: ip + 80 is
+        # missing, and now lost; the others it shows are SACKed.
+        await h.feedback(**_sack_fields((ip - 1) & M24, got, psn(99), ev=299, qp=0))
+        assert h.got["retransmit"][-1] == (0, psn(80), 80 % 8)
+        assert h.ctx.get(h.dut.stat_lost_time_rule) == 3
+        assert h.ctx.get(h.dut.inflight[0]) == 0  # ip is queued, ip + 80 lost, everything else SACKed
 
     h.run(body)
 
