@@ -100,6 +100,7 @@ from mrcnic.wire.constants import NackReason
 from ..rx.feedback_decoder import FeedbackKind, feedback_packet_layout
 from ..tables import UNDEFINED_COLLISIONS
 from .layouts import MAX_PMTU, FeedbackEvent, bits_for, feedback_layout
+from .scheduler import psn_within
 
 __all__ = [
     "STATS",
@@ -278,9 +279,6 @@ class TxTracker(wiring.Component):
         def later(a, b):  # a after b, serial 32-bit
             return (a - b)[:32].as_signed() > 0
 
-        def psn_at_or_below(a, b):  # a at or before b, serial 24-bit
-            return ~(b - a)[PSN_BITS - 1]
-
         o_rtx = _OutReg(m, self.retransmit)
         o_pe = _OutReg(m, self.path_event)
         o_cc = _OutReg(m, self.cc_event)
@@ -370,7 +368,7 @@ class TxTracker(wiring.Component):
                 by_rule = (
                     infl_
                     & rack_ok.bit_select(sq, 1)
-                    & psn_at_or_below(spsn, rack_top[sq])
+                    & psn_within(spsn, rack_top[sq])
                     & ~later(r.send_time, rack_edge)
                 )
                 within_edge = r.send_time <= rto_edge
@@ -554,7 +552,7 @@ class TxTracker(wiring.Component):
                 # SACK's window says nothing about packets that arrived after it was made); one that did
                 # not extends it (it was made after the one that did).
                 top = (f.sack_base + 63)[:PSN_BITS]
-                with m.If(rk_up | ~psn_at_or_below(top, rack_top[fq])):
+                with m.If(rk_up | ~psn_within(top, rack_top[fq])):
                     m.d.sync += rack_top[fq].eq(top)
                 ecn = f.has_path_event & (f.path_event == FeedbackEvent.ECN)
                 o_cc.load(

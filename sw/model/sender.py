@@ -496,12 +496,13 @@ class Sender:
             if e is None or e.acked or e.txn != txn or e.lost:
                 order.popleft()
                 continue
-            if t > limit_rack or psn > self.rack_top:
-                if t > limit_rto:
-                    if t > limit_rack:
-                        break
-                    unreported.append(order.popleft())
-                    continue
+            by_rule = t <= limit_rack and psn <= self.rack_top
+            if not by_rule and t > limit_rto:
+                if t > limit_rack:
+                    break  # in send order: nothing later is lost either
+                unreported.append(order.popleft())
+                continue
+            if not by_rule:
                 self.c["timeouts"] += 1
             order.popleft()
             self.c["lost_pkts"] += 1

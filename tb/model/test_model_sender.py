@@ -4,6 +4,7 @@ statuses."""
 
 from mrcnic.model.ev import EvState
 from mrcnic.model.params import US, Params
+from mrcnic.model.receiver import sack_base
 from mrcnic.model.sender import PSN_MOD
 from mrcnic.wire import (
     Aeth,
@@ -298,7 +299,7 @@ def test_trim_nacks_do_not_use_the_retry_budget(pair):
 def _sack(pair, frames, trigger, received, now, cack=-1):
     """A §7.2 SACK from B for ``trigger`` (its frame in ``frames``), B having ``received`` above ``cack``,
     handed straight to A: the test chooses which SACKs B's coalescing would have sent."""
-    base = max(trigger - 56, cack + 1) & ~7
+    base = sack_base(trigger, cack)
     bits = sum(1 << (p - base) for p in range(base, base + 64) if p <= cack or p in received)
     ev = frames[trigger].ev
     seth = Seth(
