@@ -131,6 +131,9 @@ BOARDS = {
             "destinations": 0,
             "max_pmtu": 1024,
             "lookahead": 1,
+            # The ACK timers' registers span 2.6 ms at 25 MHz (RX_TIMER_WIDTH in NIC_ID), about 200
+            # logic cells fewer than 32 bits.
+            "rx_timer_width": 16,
         },
         # The block RAM PMTU 1024 leaves (20 of the 56) holds these queues and tables instead of LUT RAM:
         # six logic cells per 16 words of 4 bits there, none here.

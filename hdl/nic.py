@@ -112,7 +112,9 @@ class MrcNic(wiring.Component):
     beat; the core then has no ICRC logic of its own), ``max_pmtu`` (the largest path MTU, a power of
     two from 256 to 4096: the transmit plane FIFOs and the receive frame buffer hold frames of that size,
     and the ``pmtu_log2`` the segmenter uses is capped at it. 1024 keeps every frame inside a standard
-    1500-byte Ethernet MTU, and a board's NIC then needs a quarter of the block RAM, docs/boards.md).
+    1500-byte Ethernet MTU, and a board's NIC then needs a quarter of the block RAM, docs/boards.md),
+    ``rx_timer_width`` (bits of the receive side's timer registers ACK_GEN_CYCLES, ACK_INTERVAL_CYCLES and
+    BASE_RTT_CYCLES: 16 spans 2.6 ms at 25 MHz, and saves the Colorlight's NIC about 200 logic cells).
     """
 
     def __init__(
@@ -131,6 +133,7 @@ class MrcNic(wiring.Component):
         addr_width: int = 64,
         port_icrc: bool = False,
         max_pmtu: int = MAX_PMTU,
+        rx_timer_width: int = 32,
     ):
         if max_pmtu not in PMTUS:
             raise ValueError(f"max_pmtu must be one of {', '.join(map(str, PMTUS))}, not {max_pmtu!r}")
@@ -169,6 +172,7 @@ class MrcNic(wiring.Component):
             addr_width=addr_width,
             port_icrc=port_icrc,
             max_pmtu=max_pmtu,
+            timer_width=rx_timer_width,
         )
         self._tracker = TxTracker(qps=qps, window=window, ev_slots=ev_slots)
         self._prober = Prober(qps=qps, ev_slots=ev_slots, targets=self._tx._paths.targets)
@@ -242,9 +246,9 @@ class MrcNic(wiring.Component):
             "cc_max_md_jump": In(16, init=_fixed(0.5, 16)),
             "cc_qa_gate": In(5, init=3),
             "ack_gen_bytes": In(32, init=16384),
-            "ack_gen_cycles": In(32, init=cycles(2)),
-            "ack_interval_cycles": In(32, init=cycles(1)),
-            "base_rtt_cycles": In(32, init=cycles(base_rtt_us)),
+            "ack_gen_cycles": In(rx_timer_width, init=cycles(2)),
+            "ack_interval_cycles": In(rx_timer_width, init=cycles(1)),
+            "base_rtt_cycles": In(rx_timer_width, init=cycles(base_rtt_us)),
             "now": Out(32),
             # per plane port: frames and bytes (Ethernet frame without FCS) in and out, wrapping
             **{

@@ -77,6 +77,7 @@ class MrcNicTop(wiring.Component):
         addr_width: int = 64,
         port_icrc: bool = False,
         max_pmtu: int = 4096,
+        rx_timer_width: int = 32,
     ):
         params = dict(
             data_width=data_width,
@@ -90,6 +91,7 @@ class MrcNicTop(wiring.Component):
             clock_hz=clock_hz,
             addr_width=addr_width,
             max_pmtu=max_pmtu,
+            rx_timer_width=rx_timer_width,
         )
         self.params = params
         self.caps = Capabilities(**{**params, "clock_hz": int(clock_hz)})

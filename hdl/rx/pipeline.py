@@ -73,7 +73,8 @@ class RxPipeline(wiring.Component):
     builder to build and send with its data packets, as ``mrcnic.hdl.nic`` does), ``port_icrc``
     (the Ethernet ports check the ICRC, ``mrcnic.hdl.eth.octet_icrc``: ``s_axis[p].tuser`` is the verdict
     on a frame's last beat, and the frame buffer has no ICRC engine), ``max_pmtu`` (the largest payload
-    the frame buffer holds a frame of, with 256 bytes of headers; a longer frame is dropped as oversize)."""
+    the frame buffer holds a frame of, with 256 bytes of headers; a longer frame is dropped as oversize),
+    ``timer_width`` (bits of the ACK timers' registers, ``ReceiveEngine``'s)."""
 
     def __init__(
         self,
@@ -90,10 +91,11 @@ class RxPipeline(wiring.Component):
         addr_width: int = 64,
         port_icrc: bool = False,
         max_pmtu: int = MAX_PMTU,
+        timer_width: int = 32,
     ):
         self.data_width, self.planes, self.qps, self.mrs = data_width, planes, qps, mrs
         self.max_pmtu = max_pmtu
-        self.addr_width = addr_width
+        self.addr_width, self.timer_width = addr_width, timer_width
         self.control_to_tx = control_to_tx
         self.port_icrc = port_icrc
         self.destinations, self.window, self.buffer_frames = destinations, window, buffer_frames
@@ -130,9 +132,9 @@ class RxPipeline(wiring.Component):
                 "dscp_control": In(6, init=Dscp.CONTROL),
                 "port_up": In(planes, init=(1 << planes) - 1),
                 "ack_gen_bytes": In(32, init=16384),
-                "ack_gen_cycles": In(32, init=2 * us),
-                "ack_interval_cycles": In(32, init=us),
-                "base_rtt_cycles": In(32, init=10 * us),
+                "ack_gen_cycles": In(timer_width, init=2 * us),
+                "ack_interval_cycles": In(timer_width, init=us),
+                "base_rtt_cycles": In(timer_width, init=10 * us),
                 **{f"stat_{name}": Out(32) for name in STATS},
             }
         )
@@ -171,6 +173,7 @@ class RxPipeline(wiring.Component):
             destinations=self.destinations,
             clock_hz=self.clock_hz,
             addr_width=self.addr_width,
+            timer_width=self.timer_width,
         )
         m.submodules.writer = writer = DmaWriter(data_width=w, addr_width=self.addr_width)
         if self.control_to_tx:  # the transmit pipeline's header builder makes the frames

@@ -30,7 +30,11 @@ carries the then-latest MSN) and NAKs go out at once. The ACK's EV is that of th
 packet that moved cack (§5.8 says: the latest packet that advanced AETH.msn; the two differ only when a
 packet moves cack inside a message, and either path is a valid reverse path).
 
-Timers count cycles of ``now`` (a free-running 32-bit counter); registers are in cycles.
+Timers count cycles of ``now``, a free-running counter one bit wider than the timer registers
+(``timer_width`` bits, in cycles). A stamp is only compared while its flag says it is live, and the scan
+ages each QP's live stamps every ``qps`` cycles: a flag falls (ACK interval over, out-of-window NACK
+allowed again) or rises (coalesced SACK due) within ``qps`` cycles of the time, before ``now`` can wrap
+past the stamp, however long the QP was idle or the output stalled.
 Throughput: about 13 cycles per data frame when no output stalls (the SACK tracker takes 5; the completion
 tracker's walk overlaps the next frame), far below a 4 KiB frame's beats at any supported width.
 """
@@ -80,7 +84,8 @@ _FENCE_BITS = 16
 
 
 class ReceiveEngine(wiring.Component):
-    """Parameters: ``qps``, ``window`` (PSNs), ``destinations``, ``clock_hz`` (for register defaults).
+    """Parameters: ``qps``, ``window`` (PSNs), ``destinations``, ``clock_hz`` (for register defaults),
+    ``timer_width`` (bits of the three timer registers; 16 spans 2.6 ms at 25 MHz).
 
     Registers (inputs, in cycles or bytes): ``ack_gen_bytes`` (16 KiB), ``ack_gen_cycles`` (2 us),
     ``ack_interval_cycles`` (1 us), ``base_rtt_cycles`` (10 us), ``dscp_trimmed_lasthop``.
@@ -94,10 +99,15 @@ class ReceiveEngine(wiring.Component):
         destinations: int = 4,
         clock_hz: float = 250e6,
         addr_width: int = 64,
+        timer_width: int = 32,
     ):
         self.qps, self.window, self.destinations = qps, window, destinations
-        self.addr_width = addr_width
+        self.addr_width, self.timer_width = addr_width, timer_width
         us = round(clock_hz / 1e6)
+        defaults = {"ack_gen_cycles": 2 * us, "ack_interval_cycles": us, "base_rtt_cycles": 10 * us}
+        for name, cycles in defaults.items():
+            if cycles >> timer_width:
+                raise ValueError(f"{name}'s default {cycles} does not fit timer_width {timer_width}")
         self._response = response_layout(qps, destinations)
         super().__init__(
             {
@@ -112,9 +122,7 @@ class ReceiveEngine(wiring.Component):
                 "receive_completion": Out(stream.Signature(receive_completion_layout(qps))),
                 "qp_error": Out(qps),
                 "ack_gen_bytes": In(32, init=16384),
-                "ack_gen_cycles": In(32, init=2 * us),
-                "ack_interval_cycles": In(32, init=us),
-                "base_rtt_cycles": In(32, init=10 * us),
+                **{name: In(timer_width, init=cycles) for name, cycles in defaults.items()},
                 "dscp_trimmed_lasthop": In(6, init=Dscp.TRIMMED_LASTHOP),
                 **{f"stat_{name}": Out(32) for name in STATS},
             }
@@ -127,7 +135,9 @@ class ReceiveEngine(wiring.Component):
         m.submodules.completion = comp = CompletionTracker(Q, self.window)
         m.d.comb += self.qp_error.eq(comp.qp_error)
 
-        now = Signal(32)
+        # One bit more than the registers: a live stamp is at most a register's span plus a scan old.
+        time_width = self.timer_width + 1
+        now = Signal(time_width)
         m.d.sync += now.eq(now + 1)
 
         def stat(name, inc=1):
@@ -135,25 +145,36 @@ class ReceiveEngine(wiring.Component):
             m.d.sync += counter.eq(counter + inc)
 
         def elapsed(since, cycles):
-            """``now`` is at least ``cycles`` after ``since`` (wrapping 32-bit time, spans < 2^31)."""
-            return (now - since)[:32] >= cycles
+            """``now`` is at least ``cycles`` after ``since`` (wrapping time; live stamps only)."""
+            return (now - since)[:time_width] >= cycles
 
         # -- per-QP state (registers: Q is small) --------------------------------------------------
         def per_qp(shape, name):
             return Array(Signal(shape, name=f"{name}_{q}") for q in range(Q))
 
         sack_pending = per_qp(1, "sack_pending")
-        sack_since = per_qp(32, "sack_since")  # time of the first un-SACKed arrival
+        sack_since = per_qp(time_width, "sack_since")  # time of the first un-SACKed arrival
+        sack_due = per_qp(1, "sack_due")  # ACK_GEN_TIME has passed since then (the scan sets it)
         # A response names its QP (the builder holds each QP's peer addressing) and says the rest.
         sack_layout = data.StructLayout({f: self._response[f].shape for f in ("ev", "seth", "cc")})
         sack_record = per_qp(sack_layout, "sack_record")  # SACK for the latest arrival (EV, SETH, CC)
         unsacked = per_qp(32, "unsacked")  # new payload bytes since the last SACK
-        oor_sent = per_qp(1, "oor_sent")
-        oor_at = per_qp(32, "oor_at")
+        oor_recent = per_qp(1, "oor_recent")  # an out-of-window NACK less than a base RTT ago
+        oor_at = per_qp(time_width, "oor_at")
         ack_pending = per_qp(1, "ack_pending")
         ack_msn = per_qp(16, "ack_msn")
-        ack_sent = per_qp(1, "ack_sent")
-        ack_at = per_qp(32, "ack_at")
+        ack_recent = per_qp(1, "ack_recent")  # an ACK or NAK less than ACK_INTERVAL ago
+        ack_at = per_qp(time_width, "ack_at")
+
+        # -- the scan ages one QP's stamps a cycle (first, so that a new stamp in the same cycle wins)
+        scan = Signal(range(Q))
+        m.d.sync += scan.eq(Mux(scan == Q - 1, 0, scan + 1))
+        with m.If(elapsed(ack_at[scan], self.ack_interval_cycles)):
+            m.d.sync += ack_recent[scan].eq(0)
+        with m.If(elapsed(oor_at[scan], self.base_rtt_cycles)):
+            m.d.sync += oor_recent[scan].eq(0)
+        with m.If(sack_pending[scan] & elapsed(sack_since[scan], self.ack_gen_cycles)):
+            m.d.sync += sack_due[scan].eq(1)
 
         # -- connect: both trackers and the engine's own state ---------------------------------------
         cfg_sack_done, cfg_comp_done = Signal(), Signal()
@@ -368,8 +389,8 @@ class ReceiveEngine(wiring.Component):
                     m.d.sync += query.eq(1)  # and the current AETH, so a lost AETH or a NAK is repeated
                 with m.Elif(t.kind == Verdict.OUT_OF_WINDOW):
                     stat("psn_out_of_window")
-                    with m.If(~oor_sent[qp] | elapsed(oor_at[qp], self.base_rtt_cycles)):
-                        m.d.sync += [oor_sent[qp].eq(1), oor_at[qp].eq(now)]
+                    with m.If(~oor_recent[qp]):
+                        m.d.sync += [oor_recent[qp].eq(1), oor_at[qp].eq(now)]
                         respond_now(nack(NackReason.PSN_OOR_WINDOW), Opcode.NACK)
                     with m.Else():
                         stat("oor_nack_suppressed")
@@ -409,7 +430,7 @@ class ReceiveEngine(wiring.Component):
                         m.d.comb += pending.cc.eq(sack_resp.cc)
                         m.d.sync += [unsacked[qp].eq(total), sack_record[qp].eq(pending)]
                         with m.If(~sack_pending[qp]):
-                            m.d.sync += [sack_pending[qp].eq(1), sack_since[qp].eq(now)]
+                            m.d.sync += [sack_pending[qp].eq(1), sack_since[qp].eq(now), sack_due[qp].eq(0)]
 
             with m.State("RELEASE"):
                 m.d.comb += [
@@ -480,8 +501,6 @@ class ReceiveEngine(wiring.Component):
                     m.next = "RESPOND"
 
         # -- pacer: fenced ACKs, ACK interval, coalesced SACK timers -------------------------------
-        scan = Signal(range(Q))
-        m.d.sync += scan.eq(Mux(scan == Q - 1, 0, scan + 1))
         # The held response: what differs between responses (the builder adds the QP's addressing).
         held = Signal()  # ``timer_resp`` holds a response
         held_qp = Signal(range(Q))
@@ -515,7 +534,7 @@ class ReceiveEngine(wiring.Component):
         # ``level`` counts a record from the cycle it is written (``r_rdy`` only once it reaches the read
         # port), so there is no gap in which a walk's last record is invisible.
         m.d.comb += walking.eq(~comp.idle | comp.ack.valid | (ack_fence.level != 0))
-        ack_due_head = ~ack_sent[aq] | elapsed(ack_at[aq], self.ack_interval_cycles)
+        ack_due_head = ~ack_recent[aq]
         # ACK records only update the QP's pending AETH, so one walk that completes several messages
         # yields one ACK (AETH.msn advanced once, §7.4); a record of a later walk (another tag) first
         # sends the pending one. The scan sends a pending ACK once no record is on its way (tracker idle,
@@ -526,13 +545,13 @@ class ReceiveEngine(wiring.Component):
                     m.d.comb += acks.ready.eq(1)
                     hold_ack(aq, ack_head.tag[:32], ack_head.syndrome, ack_head.msn)
                     m.d.sync += ack_pending[aq].eq(0)
-                    m.d.sync += [ack_sent[aq].eq(1), ack_at[aq].eq(now)]
+                    m.d.sync += [ack_recent[aq].eq(1), ack_at[aq].eq(now)]
             with m.Elif(ack_pending[aq] & (pending_tag[aq] != ack_head.tag[32:]) & ack_due_head):
                 # a later walk: the pending ACK of the earlier one goes first (one ACK per advance)
                 with m.If(free):
                     m.d.comb += acks.ready.eq(1)
                     hold_ack(aq, pending_ev[aq], Syndrome.ACK, ack_msn[aq])
-                    m.d.sync += [ack_sent[aq].eq(1), ack_at[aq].eq(now)]
+                    m.d.sync += [ack_recent[aq].eq(1), ack_at[aq].eq(now)]
                     m.d.sync += [ack_msn[aq].eq(ack_head.msn), pending_ev[aq].eq(ack_head.tag[:32])]
                     m.d.sync += pending_tag[aq].eq(ack_head.tag[32:])
             with m.Else():
@@ -540,18 +559,17 @@ class ReceiveEngine(wiring.Component):
                 m.d.sync += [ack_pending[aq].eq(1), ack_msn[aq].eq(ack_head.msn)]
                 m.d.sync += [pending_ev[aq].eq(ack_head.tag[:32]), pending_tag[aq].eq(ack_head.tag[32:])]
         with m.Elif(free):
-            ack_due = ~ack_sent[scan] | elapsed(ack_at[scan], self.ack_interval_cycles)
-            with m.If(ack_pending[scan] & ack_due & ~walking):
+            with m.If(ack_pending[scan] & ~ack_recent[scan] & ~walking):
                 hold_ack(scan, pending_ev[scan], Syndrome.ACK, ack_msn[scan])
                 m.d.sync += ack_pending[scan].eq(0)
-                m.d.sync += [ack_sent[scan].eq(1), ack_at[scan].eq(now)]
-            with m.Elif(sack_pending[scan] & elapsed(sack_since[scan], self.ack_gen_cycles)):
+                m.d.sync += [ack_recent[scan].eq(1), ack_at[scan].eq(now)]
+            with m.Elif(sack_pending[scan] & sack_due[scan]):
                 hold_sack(scan)
                 m.d.sync += [sack_pending[scan].eq(0), unsacked[scan].eq(0)]
 
         # A connect resets the engine's state of the QP (after the pacer, so it wins).
         with m.If(self.connect.valid & self.connect.ready):
             q = c.qp
-            m.d.sync += [sack_pending[q].eq(0), unsacked[q].eq(0), oor_sent[q].eq(0)]
-            m.d.sync += [ack_pending[q].eq(0), ack_sent[q].eq(0)]
+            m.d.sync += [sack_pending[q].eq(0), unsacked[q].eq(0), oor_recent[q].eq(0)]
+            m.d.sync += [ack_pending[q].eq(0), ack_recent[q].eq(0)]
         return m

@@ -171,7 +171,7 @@ class Registers:
             raise DriverError("the device has no NIC_ID block of layout version 1")
         default = nic_register_map(Capabilities())["nic_id"]
         names = ("MAGIC", "DATA_WIDTH", "PLANES", "QPS", "EV_SLOTS", "BACKUPS", "WINDOW", "MRS")
-        names += ("DESTINATIONS", "CLOCK_HZ", "ADDR_WIDTH", "MAX_PMTU")
+        names += ("DESTINATIONS", "CLOCK_HZ", "ADDR_WIDTH", "MAX_PMTU", "RX_TIMER_WIDTH")
         first = min(default.offsets[n] for n in names)
         words = await t.read_block(ident + first, (max(default.offsets[n] for n in names) - first) // 4 + 1)
         ident_reg = {n: words[(default.offsets[n] - first) // 4] for n in names}
@@ -189,6 +189,7 @@ class Registers:
             clock_hz=ident_reg["CLOCK_HZ"],
             addr_width=ident_reg["ADDR_WIDTH"],
             max_pmtu=ident_reg["MAX_PMTU"],
+            rx_timer_width=ident_reg["RX_TIMER_WIDTH"],
             host_queues=(BlockType.COMPLETION_QUEUE, 0) in self.bases,
         )
         self.map = nic_register_map(caps)

@@ -56,6 +56,7 @@ class Capabilities:
     clock_hz: int = 250_000_000
     addr_width: int = 64  # host addresses the NIC reaches (its DMA): a board's on-chip memory needs fewer
     max_pmtu: int = 4096  # the largest path MTU its buffers hold (1024: frames fit a 1500-byte Ethernet MTU)
+    rx_timer_width: int = 32  # bits of ACK_GEN_CYCLES, ACK_INTERVAL_CYCLES, BASE_RTT_CYCLES
     # The work queues in host memory (QP_QUEUES, COMPLETION_QUEUE blocks and the host counters). The
     # gateware's register file is built without them until its queue engine exists (issue 7, in progress).
     host_queues: bool = True
@@ -367,6 +368,12 @@ def nic_register_map(c: Capabilities | None = None) -> RegisterMap:
                     access=RO,
                     reset=c.max_pmtu,
                 ),
+                R(
+                    "RX_TIMER_WIDTH",
+                    "bits of ACK_GEN_CYCLES, ACK_INTERVAL_CYCLES and BASE_RTT_CYCLES",
+                    access=RO,
+                    reset=c.rx_timer_width,
+                ),
             ],
             info=1,  # register map layout version 1
         )
@@ -527,18 +534,21 @@ def nic_register_map(c: Capabilities | None = None) -> RegisterMap:
                 R(
                     "ACK_GEN_CYCLES",
                     "time after a completed message before its transport ACK",
+                    c.rx_timer_width,
                     reset=c.cycles(2),
                     binding="ack_gen_cycles",
                 ),
                 R(
                     "ACK_INTERVAL_CYCLES",
                     "minimum time between transport ACKs",
+                    c.rx_timer_width,
                     reset=c.cycles(1),
                     binding="ack_interval_cycles",
                 ),
                 R(
                     "BASE_RTT_CYCLES",
                     "the fabric's base round trip",
+                    c.rx_timer_width,
                     reset=c.cycles(base_rtt_us),
                     binding="base_rtt_cycles",
                 ),

@@ -277,6 +277,10 @@ def test_nic_overrides_reach_the_board_top():
     # the Colorlight's own settings (BoardSpec.nic) reach its NIC the same way: one payload read ahead
     colorlight = BoardTop("colorlight_5a75b")
     assert colorlight.nic_params["lookahead"] == 1 and colorlight.nic_params["max_pmtu"] == 1024
+    # its ACK timers are 16 bits (RX_TIMER_WIDTH): 2.6 ms at its 25 MHz, the defaults (10 us) far inside
+    colorlight_board = colorlight.elaborate(BOARDS["colorlight_5a75b"].platform()).submodules.board
+    assert colorlight_board.caps.rx_timer_width == 16 and versa.rx_timer_width == 32
+    assert colorlight_board._nic._core._rx.timer_width == 16
     # So does a core clock override (the NIC's timers are in its cycles; NIC_ID publishes the clock).
     assert BoardTop("versa_ecp5").core_hz == 31.25e6
     module = BoardTop("versa_ecp5", core_hz=62.5e6).elaborate(spec.platform())

@@ -146,6 +146,27 @@ def test_addresses_past_the_nics_reach_are_refused_before_the_device_sees_them()
     asyncio.run(body())
 
 
+def test_a_nic_with_16_bit_ack_timers_refuses_longer_ones():
+    """A NIC built with RX_TIMER_WIDTH 16 (the Colorlight's): the driver reads the width, writes an ACK
+    timer that fits and refuses one that does not, naming the register and its width."""
+    caps = Capabilities(planes=2, qps=2, ev_slots=8, backups=1, mrs=4, destinations=0, rx_timer_width=16)
+
+    async def body():
+        a = await driver.open(ModelCluster(2, caps=caps).devices[0], cq_depth=16)
+        assert a.caps.rx_timer_width == 16
+        await a.set_parameters(ack_interval_cycles=0xFFFF, base_rtt_cycles=5000)
+        assert await a.regs.read("reliability", "ACK_INTERVAL_CYCLES") == 0xFFFF
+        for name in ("ack_gen_cycles", "ack_interval_cycles", "base_rtt_cycles"):
+            with pytest.raises(
+                driver.InvalidParameter, match=f"{name.upper()}: 0x10000 does not fit its 16 bits"
+            ):
+                await a.set_parameters(**{name: 0x10000})
+        assert await a.regs.read("reliability", "ACK_INTERVAL_CYCLES") == 0xFFFF
+        assert await a.regs.read("reliability", "RTO_CYCLES") == caps.cycles(40)  # other timers: 32 bits
+
+    asyncio.run(body())
+
+
 def test_a_nic_with_a_smaller_max_pmtu_refuses_larger_ones_and_sends_within_it():
     """A NIC built with MAX_PMTU 1024 (the Colorlight's, frames within a 1500-byte Ethernet MTU): the driver
     reads it, PMTU_LOG2 resets to 10, a larger PMTU is refused by name before the device sees it, and a
