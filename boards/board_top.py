@@ -106,7 +106,7 @@ BOARDS = {
         planes=2,
         # A 4-byte path at 25 MHz: 0.8 Gb/s through the core (the two planes carry 2). 31.25 MHz was
         # not met on this nearly full device (routed: 26.3-28.6 MHz); 25 MHz is (27.03 MHz, 776f3d4's
-        # gateware, docs/boards.md "Colorlight 5A-75B: routed, timing not met"). 1 Mbaud is then an
+        # gateware, docs/boards.md "Colorlight 5A-75B: the bitstream"). 1 Mbaud is then an
         # exact UART divisor (25).
         core_hz=25e6,
         memory_size=1 << 14,

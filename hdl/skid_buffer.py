@@ -4,7 +4,7 @@ the payload come from flip-flops, so a ready/valid chain through it is cut in tw
 A block that decides what to do next from its consumer's ``ready`` (a RAM's read enable, a pipeline's
 shift) makes one long combinational path with its consumer's own logic; on the Colorlight 5A-75B the
 RX ring's read pipeline and the ICRC checker behind it were the receive clock's critical path, 12.7 ns
-of mostly routing (docs/boards.md, "Colorlight 5A-75B: routed, timing not met"). With this between
+of mostly routing (docs/boards.md, "Colorlight 5A-75B: the bitstream"). With this between
 them each side sees a register.
 
 Two places, ``main`` (the one offered on ``o``) and ``skid`` (the word that arrives in the cycle

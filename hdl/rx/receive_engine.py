@@ -169,12 +169,23 @@ class ReceiveEngine(wiring.Component):
         # -- the scan ages one QP's stamps a cycle (first, so that a new stamp in the same cycle wins)
         scan = Signal(range(Q))
         m.d.sync += scan.eq(Mux(scan == Q - 1, 0, scan + 1))
-        with m.If(elapsed(ack_at[scan], self.ack_interval_cycles)):
+        ack_interval_over = Signal()  # for QP ``scan``, as the three below
+        oor_interval_over = Signal()
+        sack_time_reached = Signal()
+        m.d.comb += [
+            ack_interval_over.eq(elapsed(ack_at[scan], self.ack_interval_cycles)),
+            oor_interval_over.eq(elapsed(oor_at[scan], self.base_rtt_cycles)),
+            sack_time_reached.eq(elapsed(sack_since[scan], self.ack_gen_cycles)),
+        ]
+        with m.If(ack_interval_over):
             m.d.sync += ack_recent[scan].eq(0)
-        with m.If(elapsed(oor_at[scan], self.base_rtt_cycles)):
+        with m.If(oor_interval_over):
             m.d.sync += oor_recent[scan].eq(0)
-        with m.If(sack_pending[scan] & elapsed(sack_since[scan], self.ack_gen_cycles)):
+        with m.If(sack_pending[scan] & sack_time_reached):
             m.d.sync += sack_due[scan].eq(1)
+        # A zero interval paces nothing: not even the scan's cycles of lag.
+        no_ack_pacing = self.ack_interval_cycles == 0
+        no_oor_pacing = self.base_rtt_cycles == 0
 
         # -- connect: both trackers and the engine's own state ---------------------------------------
         cfg_sack_done, cfg_comp_done = Signal(), Signal()
@@ -389,7 +400,7 @@ class ReceiveEngine(wiring.Component):
                     m.d.sync += query.eq(1)  # and the current AETH, so a lost AETH or a NAK is repeated
                 with m.Elif(t.kind == Verdict.OUT_OF_WINDOW):
                     stat("psn_out_of_window")
-                    with m.If(~oor_recent[qp]):
+                    with m.If(~oor_recent[qp] | no_oor_pacing):
                         m.d.sync += [oor_recent[qp].eq(1), oor_at[qp].eq(now)]
                         respond_now(nack(NackReason.PSN_OOR_WINDOW), Opcode.NACK)
                     with m.Else():
@@ -534,7 +545,7 @@ class ReceiveEngine(wiring.Component):
         # ``level`` counts a record from the cycle it is written (``r_rdy`` only once it reaches the read
         # port), so there is no gap in which a walk's last record is invisible.
         m.d.comb += walking.eq(~comp.idle | comp.ack.valid | (ack_fence.level != 0))
-        ack_due_head = ~ack_recent[aq]
+        ack_due_head = ~ack_recent[aq] | no_ack_pacing
         # ACK records only update the QP's pending AETH, so one walk that completes several messages
         # yields one ACK (AETH.msn advanced once, §7.4); a record of a later walk (another tag) first
         # sends the pending one. The scan sends a pending ACK once no record is on its way (tracker idle,
@@ -559,11 +570,11 @@ class ReceiveEngine(wiring.Component):
                 m.d.sync += [ack_pending[aq].eq(1), ack_msn[aq].eq(ack_head.msn)]
                 m.d.sync += [pending_ev[aq].eq(ack_head.tag[:32]), pending_tag[aq].eq(ack_head.tag[32:])]
         with m.Elif(free):
-            with m.If(ack_pending[scan] & ~ack_recent[scan] & ~walking):
+            with m.If(ack_pending[scan] & (~ack_recent[scan] | ack_interval_over) & ~walking):
                 hold_ack(scan, pending_ev[scan], Syndrome.ACK, ack_msn[scan])
                 m.d.sync += ack_pending[scan].eq(0)
                 m.d.sync += [ack_recent[scan].eq(1), ack_at[scan].eq(now)]
-            with m.Elif(sack_pending[scan] & sack_due[scan]):
+            with m.Elif(sack_pending[scan] & (sack_due[scan] | sack_time_reached)):
                 hold_sack(scan)
                 m.d.sync += [sack_pending[scan].eq(0), unsacked[scan].eq(0)]
 
