@@ -31,10 +31,11 @@ packet that moved cack (§5.8 says: the latest packet that advanced AETH.msn; th
 packet moves cack inside a message, and either path is a valid reverse path).
 
 Timers count cycles of ``now``, a free-running counter one bit wider than the timer registers
-(``timer_width`` bits, in cycles). A stamp is only compared while its flag says it is live, and the scan
-ages each QP's live stamps every ``qps`` cycles: a flag falls (ACK interval over, out-of-window NACK
-allowed again) or rises (coalesced SACK due) within ``qps`` cycles of the time, before ``now`` can wrap
-past the stamp, however long the QP was idle or the output stalled.
+(``timer_width`` bits, in cycles). A stamp counts only while its flag says it is live, and the scan
+ages each QP's stamps every ``qps`` cycles: a flag falls (ACK interval over, out-of-window NACK
+allowed again) or rises (coalesced SACK due) within ``qps`` cycles of the time (at the time itself for
+the QP the scan is at), before ``now`` can wrap past the stamp, however long the QP was idle or the
+output stalled. A zero interval paces nothing.
 Throughput: about 13 cycles per data frame when no output stalls (the SACK tracker takes 5; the completion
 tracker's walk overlaps the next frame), far below a 4 KiB frame's beats at any supported width.
 """

@@ -54,7 +54,8 @@ CLOCK_NS = 4  # 250 MHz: the defaults of the time registers assume it
 
 
 def never() -> int:
-    """The largest value of the ACK timers' registers (``timer_width`` bits): a timer that never fires."""
+    """The largest value of the ACK timers' registers (``timer_width`` bits): a timer that does not fire
+    within any test's waits (65,535 cycles at 16 bits)."""
     return (1 << int(dut_params().get("timer_width", 32))) - 1
 
 
